@@ -1,0 +1,221 @@
+"""The FastAPI application: routes of CONTRACT.md over the decision engine.
+
+Bodies of /choose and /feedback are decoded with orjson and answered with pre-serialised JSON: they are
+the hot paths. /feedback validates events one by one (a bad event is its own ``rejected`` entry), so its
+body is parsed by hand and its schema is declared for the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from service import metrics
+from service.api.auth import ApiKeys, Scope
+from service.campaign import CampaignSpec, CampaignStatus
+from service.config import Settings
+from service.engine import CampaignExists, DecisionEngine, UnknownCampaign
+from service.feedback import MAX_EVENTS
+from service.ids import Identifier
+from service.replay.rebuild import replay_audit
+from service.runtime import Runtime
+from service.store.base import StoreUnavailable
+from service.timeutil import parse_time
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class ChooseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    campaign: Identifier
+    request_id: Identifier | None = None
+
+
+FEEDBACK_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["events"],
+                    "properties": {"events": {"type": "array", "maxItems": MAX_EVENTS, "items": {"type": "object"}}},
+                }
+            }
+        },
+    }
+}
+
+
+def error(status_code: int, code: str, detail: str) -> HTTPException:
+    return HTTPException(status_code, detail={"error": code, "detail": detail})
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    keys = ApiKeys(settings.api_keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.build(settings)
+        await runtime.start()
+        app.state.runtime = runtime
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan)
+
+    def engine(request: Request) -> DecisionEngine:
+        return request.app.state.runtime.engine
+
+    def decide(request: Request) -> None:
+        keys.check(request, Scope.DECIDE)
+
+    def admin(request: Request) -> None:
+        keys.check(request, Scope.ADMIN)
+
+    Engine = Annotated[DecisionEngine, Depends(engine)]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc'] if part != 'body') or 'body'}: {item['msg']}"
+            for item in exc.errors()
+        )
+        return JSONResponse({"error": "invalid_request", "detail": problems}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(UnknownCampaign)
+    async def unknown_campaign(request: Request, exc: UnknownCampaign) -> JSONResponse:
+        return JSONResponse({"error": "unknown_campaign", "detail": f"no campaign {exc.args[0]!r}"}, 404)
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
+        return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Any) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return JSONResponse({"error": "body_too_large", "detail": f"bodies are limited to {MAX_BODY_BYTES} bytes"}, 413)
+        return await call_next(request)
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    @app.post("/campaigns", status_code=201, dependencies=[Depends(admin)])
+    async def create_campaign(spec: CampaignSpec, engine: Engine) -> Response:
+        try:
+            campaign = await engine.create_campaign(spec)
+        except CampaignExists as exists:
+            raise error(409, "campaign_exists", f"campaign {exists.args[0]!r} already exists") from exists
+        return json_response(campaign.public(), 201)
+
+    @app.get("/campaigns", dependencies=[Depends(admin)])
+    async def list_campaigns(engine: Engine) -> Response:
+        return json_response({"campaigns": await engine.store.list_campaigns()})
+
+    @app.get("/campaigns/{campaign_id}", dependencies=[Depends(admin)])
+    async def get_campaign(campaign_id: Identifier, engine: Engine) -> Response:
+        return json_response((await engine.campaign(campaign_id, fresh=True)).public())
+
+    @app.get("/campaigns/{campaign_id}/state", dependencies=[Depends(admin)])
+    async def get_state(
+        campaign_id: Identifier, engine: Engine, request: Request, at: Annotated[str | None, Query()] = None
+    ) -> Response:
+        if at is None:
+            return json_response(await engine.state(campaign_id))
+        try:
+            moment = parse_time(at)
+        except ValueError as bad:
+            raise error(422, "invalid_request", f"at: {bad}") from bad
+        if moment >= engine.clock():
+            return json_response(await engine.state(campaign_id, moment))
+        await engine.campaign(campaign_id, fresh=True)
+        return json_response(await state_from_audit(request.app.state.runtime, campaign_id, moment))
+
+    @app.post("/campaigns/{campaign_id}/pause", dependencies=[Depends(admin)])
+    async def pause(campaign_id: Identifier, engine: Engine) -> Response:
+        return json_response((await engine.set_status(campaign_id, CampaignStatus.PAUSED)).public())
+
+    @app.post("/campaigns/{campaign_id}/resume", dependencies=[Depends(admin)])
+    async def resume(campaign_id: Identifier, engine: Engine) -> Response:
+        return json_response((await engine.set_status(campaign_id, CampaignStatus.ACTIVE)).public())
+
+    # decisions and feedback -----------------------------------------------------------------------
+
+    @app.post("/choose", dependencies=[Depends(decide)])
+    async def choose(body: ChooseRequest, engine: Engine) -> Response:
+        started = time.perf_counter()
+        decision = await engine.choose(body.campaign, body.request_id)
+        metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
+        return json_response(decision.body())
+
+    @app.post("/feedback", dependencies=[Depends(decide)], openapi_extra=FEEDBACK_SCHEMA)
+    async def feedback(request: Request, engine: Engine) -> Response:
+        started = time.perf_counter()
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as bad:
+            raise error(422, "invalid_request", f"body is not JSON: {bad}") from bad
+        if not isinstance(body, dict) or not isinstance(body.get("events"), list):
+            raise error(422, "invalid_request", 'the body must be {"events": [...]}')
+        if len(body["events"]) > MAX_EVENTS:
+            raise error(413, "batch_too_large", f"at most {MAX_EVENTS} events per request")
+        result = await engine.feedback(body["events"])
+        metrics.FEEDBACK_LATENCY.observe(time.perf_counter() - started)
+        return json_response(result.body())
+
+    # operations -----------------------------------------------------------------------------------
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        payload, content_type = metrics.exposition()
+        return Response(payload, media_type=content_type)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        runtime: Runtime = request.app.state.runtime
+        checks: dict[str, str] = {}
+        try:
+            await runtime.store.ping()
+            checks["store"] = "ok"
+        except StoreUnavailable as down:
+            checks["store"] = str(down)
+        try:
+            await asyncio.to_thread(runtime.audit.ping)
+            checks["audit"] = "ok"
+        except Exception as down:  # any database error means "not ready", with its message
+            checks["audit"] = str(down)
+        ready = all(value == "ok" for value in checks.values())
+        return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+
+    return app
+
+
+async def state_from_audit(runtime: Runtime, campaign_id: str, at: int) -> dict[str, Any]:
+    """The state as of a past moment: the audit log replayed up to it (after draining the audit queue)."""
+    await runtime.writer.flush()
+    replayer = await replay_audit(runtime.audit, campaign_id, as_of=at)
+    if campaign_id not in replayer.campaigns:
+        raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time")
+    return await replayer.state(campaign_id, at)

@@ -1,0 +1,116 @@
+"""A campaign: its arms, policy, delay model and censoring window, validated once at creation.
+
+The body is CONTRACT.md's; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
+divides the window, which bounds the error of the effective count Ñ (see exposure.py).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.delays import DelayModel, delay_from_spec
+from service.ids import Identifier
+from service.policies import POLICIES, Policy, make_policy
+from service.timeutil import MICROS, format_time
+
+DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
+DEFAULT_BUCKETS = 64
+MAX_ARMS = 256
+
+
+class CampaignStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+
+
+class PolicySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def build_policy(spec: PolicySpec, arms: list[str]) -> Policy:
+    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices."""
+    params = dict(spec.params)
+    if spec.name == "fixed" and isinstance(params.get("arm"), str):
+        if params["arm"] not in arms:
+            raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
+        params["arm"] = arms.index(params["arm"])
+    return make_policy(spec.name, params, len(arms))
+
+
+class CampaignSpec(BaseModel):
+    """What a user sends to ``POST /campaigns``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Identifier
+    arms: list[Identifier] = Field(min_length=1, max_length=MAX_ARMS)
+    policy: PolicySpec
+    delay: dict[str, Any] = Field(default_factory=lambda: {"family": "unknown"})
+    window: float = Field(default=DEFAULT_WINDOW_SECONDS, gt=0, description="censoring window m, seconds")
+    default_arm: Identifier | None = None
+    buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
+
+    @field_validator("window")
+    @classmethod
+    def _finite_window(cls, window: float) -> float:
+        if not math.isfinite(window):
+            raise ValueError("window must be a finite number of seconds")
+        return window
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignSpec:
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError("arms must be distinct")
+        if self.default_arm is None:
+            self.default_arm = self.arms[0]
+        elif self.default_arm not in self.arms:
+            raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
+        if self.policy.name not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
+        build_policy(self.policy, self.arms)
+        model = delay_from_spec(self.delay)
+        if POLICIES[self.policy.name].delay_corrected and model.family == "unknown":
+            raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
+        return self
+
+
+class Campaign(CampaignSpec):
+    """A stored campaign: the spec plus what the service keeps about it."""
+
+    status: CampaignStatus = CampaignStatus.ACTIVE
+    version: int = 1
+    created_at: int = 0  # epoch microseconds
+
+    @cached_property
+    def delay_model(self) -> DelayModel:
+        return delay_from_spec(self.delay)
+
+    @cached_property
+    def policy_impl(self) -> Policy:
+        return build_policy(self.policy, self.arms)
+
+    @cached_property
+    def window_us(self) -> int:
+        return round(self.window * MICROS)
+
+    @cached_property
+    def bucket_width_us(self) -> int:
+        return -(-self.window_us // self.buckets)
+
+    @cached_property
+    def arm_index(self) -> dict[str, int]:
+        return {arm: index for index, arm in enumerate(self.arms)}
+
+    def public(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json", exclude={"created_at"})
+        body["created_at"] = format_time(self.created_at)
+        body["policy"]["resolved_params"] = self.policy_impl.params()
+        return body

@@ -1,0 +1,170 @@
+"""The ``latebandit`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from service.config import Settings
+
+app = typer.Typer(help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True)
+console = Console(stderr=True)
+
+# Settings a flag of `serve` can set; each is also its LATEBANDIT_* environment variable.
+SERVE_SETTINGS = ("redis_url", "database_url", "secret", "max_skew", "api_keys", "log_level")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT")] = 8000,
+    workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
+    insecure: Annotated[bool, typer.Option(help="allow a non-loopback bind without API keys")] = False,
+    redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
+    database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
+    secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
+    max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
+    api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    log_level: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given)."""
+    import uvicorn
+
+    given = {"redis_url": redis_url, "database_url": database_url, "secret": secret, "max_skew": max_skew,
+             "api_keys": api_keys, "log_level": log_level}  # fmt: skip
+    for name in SERVE_SETTINGS:
+        if given[name] is not None:
+            os.environ[f"LATEBANDIT_{name.upper()}"] = str(given[name])
+    settings = Settings()
+    if not settings.api_keys and not _is_loopback(host) and not insecure:
+        console.print(f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure")
+        raise typer.Exit(2)
+    if settings.redis_url is None and workers > 1:
+        console.print("[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1")
+        raise typer.Exit(2)
+    if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="latebandit-metrics-")
+    uvicorn.run(
+        "service.api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=settings.log_level,
+        access_log=False,
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file)."""
+    from service.audit.migrate import head_revision, upgrade
+
+    settings = Settings()
+    upgrade(settings.sqlalchemy_url)
+    console.print(f"audit schema at revision [bold]{head_revision()}[/]")
+
+
+@app.command()
+def export(
+    campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None,
+    since: Annotated[str | None, typer.Option(help="only events at or after this RFC 3339 time")] = None,
+) -> None:
+    """Write the audit log as an event log (JSONL) to stdout."""
+    from service.audit.export import export_lines
+    from service.audit.log import AuditLog
+    from service.timeutil import parse_time
+
+    audit = AuditLog(Settings().sqlalchemy_url)
+    out = sys.stdout
+    for line in export_lines(audit, campaign, parse_time(since) if since else None):
+        out.write(line + "\n")
+    out.flush()
+
+
+@app.command()
+def replay(
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="event log (JSONL)")],
+    campaign: Annotated[str | None, typer.Option(help="the campaign to report (default: the only one)")] = None,
+    at: Annotated[str | None, typer.Option(help="replay up to this time (default: the log's latest)")] = None,
+    dump_state: Annotated[Path | None, typer.Option(help="write the campaign's state object here")] = None,
+) -> None:
+    """Re-apply a log's decisions and feedback to the campaign's own policy and show the resulting state."""
+    from service.replay.apply import Replayer, read_log
+    from service.timeutil import parse_time
+
+    replayer = Replayer(parse_time(at) if at else None)
+    asyncio.run(replayer.apply_all(read_log(str(log))))
+    if not replayer.campaigns:
+        console.print("[red]the log holds no campaign line[/]")
+        raise typer.Exit(1)
+    if campaign is None:
+        if len(replayer.campaigns) > 1:
+            console.print(f"[red]the log holds several campaigns[/] ({', '.join(replayer.campaigns)}): pass --campaign")
+            raise typer.Exit(1)
+        campaign = next(iter(replayer.campaigns))
+    if campaign not in replayer.campaigns:
+        console.print(f"[red]no campaign {campaign!r} in the log[/]")
+        raise typer.Exit(1)
+    state = asyncio.run(replayer.state(campaign))
+    if dump_state is not None:
+        dump_state.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
+    _print_state(state)
+    for reason, count in replayer.skipped.items():
+        console.print(f"[yellow]skipped {count} line(s): {reason.replace('_', ' ')}[/]")
+
+
+def _print_state(state: dict) -> None:
+    table = Table(title=f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}")
+    for column in ("arm", "pulls", "conversions", "effective_pulls", "estimate", "index", "pending"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for arm, row in state["arms"].items():
+        cells = [row[name] for name in ("pulls", "conversions", "effective_pulls", "estimate", "index", "pending")]
+        table.add_row(arm, *("—" if value is None else f"{value:.6g}" for value in cells))
+    Console().print(table)
+
+
+@app.command()
+def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None) -> None:
+    """Rebuild the Redis state from the audit log (after Redis lost its data)."""
+    from service.audit.log import AuditLog
+    from service.replay.rebuild import rebuild_redis
+    from service.store.redis import RedisStore
+
+    settings = Settings()
+    if not settings.redis_url:
+        console.print("[red]LATEBANDIT_REDIS_URL is not set[/]: the embedded store rebuilds itself at start")
+        raise typer.Exit(2)
+
+    async def run() -> list[str]:
+        store = RedisStore(settings.redis_url or "", settings.redis_prefix)
+        try:
+            return await rebuild_redis(AuditLog(settings.sqlalchemy_url), store, campaign)
+        finally:
+            await store.close()
+
+    rebuilt = asyncio.run(run())
+    console.print(f"rebuilt {len(rebuilt)} campaign(s): {', '.join(rebuilt) or 'none'}")
+
+
+if __name__ == "__main__":
+    app()

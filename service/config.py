@@ -1,0 +1,55 @@
+"""Settings from ``LATEBANDIT_*`` environment variables (pydantic-settings), each also a ``serve`` flag."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SQLITE_FILE = "latebandit.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LATEBANDIT_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    insecure: bool = False
+    redis_url: str | None = Field(default=None, description="redis://host:port/db; unset = in-process state")
+    database_url: str | None = Field(default=None, description="postgresql://… or sqlite:///…; unset = SQLite")
+    redis_prefix: str = Field(default="lb", description="first part of every Redis key (tests isolate by it)")
+    secret: str | None = Field(default=None, description="HMAC key for decision ids")
+    max_skew: float = Field(default=300.0, description="seconds a feedback time may lie in the future")
+    api_keys: str | None = Field(default=None, description="comma-separated scope:key pairs")
+    request_ttl: float = Field(default=86_400.0, description="seconds a /choose request_id is remembered")
+    dedup_retention: float = Field(
+        default=86_400.0, description="seconds an event_id is remembered beyond its decision's window"
+    )
+    snapshot_interval: float = Field(
+        default=1.0, description="seconds a worker may reuse its cached bucket histogram on /choose"
+    )
+    audit_batch: int = Field(default=5_000, description="audit rows written per transaction")
+    audit_interval: float = Field(default=0.2, description="seconds between audit drains")
+    log_level: str = "info"
+
+    @cached_property
+    def sqlalchemy_url(self) -> str:
+        """The plain URL of CONTRACT.md with the driver the service uses (psycopg 3 for PostgreSQL)."""
+        url = self.database_url or f"sqlite:///{DEFAULT_SQLITE_FILE}"
+        for plain in ("postgresql://", "postgres://"):
+            if url.startswith(plain):
+                return "postgresql+psycopg://" + url[len(plain) :]
+        return url
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+    def secret_file(self) -> Path:
+        """Where the embedded default keeps its generated secret: beside its SQLite file."""
+        url = self.sqlalchemy_url
+        base = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else Path(DEFAULT_SQLITE_FILE)
+        return base.with_name(base.name + ".secret")

@@ -1,0 +1,323 @@
+"""The decision engine: /choose, /feedback and the state object, independent of HTTP.
+
+The API, replays and rebuilds all go through this one class, with an injected clock and RNG, so the
+live service and a replay of its log apply exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service import metrics
+from service.audit.records import Outcome, Record
+from service.campaign import Campaign, CampaignSpec, CampaignStatus
+from service.exposure import Exposure, bucket_moments, exposure
+from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
+from service.policies.base import ArmStats
+from service.store.base import (
+    CampaignRefused,
+    DecisionStatus,
+    PreparedConversion,
+    Pull,
+    StateSnapshot,
+    StateStore,
+    StoreUnavailable,
+)
+from service.timeutil import MICROS, format_time
+from service.tokens import DecisionToken, TokenSigner, new_nonce
+
+EPS_EFFECTIVE = 1e-9
+Clock = Callable[[], int]
+
+
+class UnknownCampaign(LookupError):
+    pass
+
+
+class CampaignExists(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision_id: str
+    campaign: str
+    arm: str
+    policy: str
+    propensity: float
+    fallback: bool
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id, "campaign": self.campaign, "arm": self.arm,
+            "policy": self.policy, "propensity": self.propensity, "fallback": self.fallback,
+        }  # fmt: skip
+
+
+@dataclass
+class FeedbackResult:
+    accepted: int = 0
+    duplicates: int = 0
+    censored: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+    def body(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "censored": self.censored,
+                "rejected": sorted(self.rejected, key=lambda item: item["index"])}  # fmt: skip
+
+    def reject(self, index: int, rejection: Rejection, campaign: str | None = None) -> None:
+        self.rejected.append({"index": index, "reason": rejection.reason.value, "detail": rejection.detail})
+        metrics.FEEDBACK.labels(metrics.campaign_label(campaign or metrics.OTHER), f"rejected_{rejection.reason}").inc()
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    max_skew: float = 300.0
+    request_ttl: float = 86_400.0
+    dedup_retention: float = 86_400.0
+    snapshot_interval: float = 1.0
+
+
+class DecisionEngine:
+    def __init__(
+        self,
+        store: StateStore,
+        signer: TokenSigner,
+        clock: Clock,
+        rng: np.random.Generator,
+        options: EngineOptions,
+        after_write: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.signer = signer
+        self.clock = clock
+        self.rng = rng
+        self.options = options
+        self._after_write = after_write  # the embedded mode makes each write durable before answering
+        self._campaigns: dict[str, Campaign] = {}
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    async def create_campaign(self, spec: CampaignSpec) -> Campaign:
+        now = self.clock()
+        campaign = Campaign(**spec.model_dump(), created_at=now)
+        record: Record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "create",
+                          "config": campaign.model_dump(mode="json")}  # fmt: skip
+        if not await self.store.create_campaign(campaign, record):
+            raise CampaignExists(campaign.id)
+        await self._durable()
+        self._campaigns[campaign.id] = campaign
+        return campaign
+
+    async def campaign(self, campaign_id: str, fresh: bool = False) -> Campaign:
+        """The campaign's configuration; cached per worker (only the status changes, and the store's
+        scripts check the status themselves)."""
+        campaign = None if fresh else self._campaigns.get(campaign_id)
+        if campaign is None:
+            campaign = await self.store.get_campaign(campaign_id)
+            if campaign is None:
+                raise UnknownCampaign(campaign_id)
+            self._campaigns[campaign_id] = campaign
+        return campaign
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus) -> Campaign:
+        record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(),
+                          "action": "pause" if status is CampaignStatus.PAUSED else "resume"}  # fmt: skip
+        campaign = await self.store.set_status(campaign_id, status, record)
+        if campaign is None:
+            raise UnknownCampaign(campaign_id)
+        await self._durable()
+        self._campaigns[campaign_id] = campaign
+        return campaign
+
+    # decisions ------------------------------------------------------------------------------------
+
+    async def choose(self, campaign_id: str, request_id: str | None = None) -> Decision:
+        campaign = await self.campaign(campaign_id)
+        now = self.clock()
+        try:
+            decision = await self._decide(campaign, now, request_id)
+        except StoreUnavailable:
+            metrics.STORE_ERRORS.labels("choose").inc()
+            return self._fallback(campaign, now, "fallback_store_down")
+        if decision is None:
+            return self._fallback(campaign, now, "fallback_paused")
+        return decision
+
+    async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision | None:
+        state = await self.store.snapshot(campaign, self.options.snapshot_interval)
+        stats = await self._stats(campaign, state, now)
+        choice = campaign.policy_impl.choose(stats, self.rng)
+        arm, propensity = int(choice.arm[0]), float(choice.propensity[0])
+        token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce())
+        decision_id = self.signer.sign(token)
+        bucket, offset, moments = bucket_moments(campaign, now)
+        record: Record = {
+            "type": "decision", "campaign": campaign.id, "decision_id": decision_id, "arm": campaign.arms[arm],
+            "at": now, "propensity": propensity, "policy": campaign.policy.name, "version": campaign.version,
+            "fallback": False, "request_id": request_id,
+        }  # fmt: skip
+        pull = Pull(arm, now, bucket, offset, moments, decision_id, propensity, record)
+        ttl = math.ceil(self.options.request_ttl)
+        result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if result.status is DecisionStatus.PAUSED:
+            return None
+        if result.status is DecisionStatus.UNKNOWN:
+            raise StoreUnavailable(f"the store has lost campaign {campaign.id!r}: run `latebandit rebuild`")
+        await self._durable()
+        arm_id = campaign.arms[result.arm]
+        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, arm_id), result.status.value).inc()
+        return Decision(result.decision_id, campaign.id, arm_id, campaign.policy.name, result.propensity, False)
+
+    def _fallback(self, campaign: Campaign, now: int, why: str) -> Decision:
+        """The default arm, flagged: its decision id marks the pull as uncounted, so a later conversion of
+        it never enters S (vernade2017.md §3.6, pitfall 12)."""
+        arm = campaign.arm_index[campaign.default_arm or campaign.arms[0]]
+        token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce(), fallback=True)
+        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, campaign.arms[arm]), why).inc()
+        return Decision(self.signer.sign(token), campaign.id, campaign.arms[arm], campaign.policy.name, 1.0, True)
+
+    async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
+        seen = exposure(campaign, state, now)
+        if seen.matured_cells.any():
+            hist = state.histogram
+            await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
+        return arm_stats(state, seen)
+
+    # feedback -------------------------------------------------------------------------------------
+
+    async def feedback(self, events: list[Any]) -> FeedbackResult:
+        """Apply a batch. Raises StoreUnavailable (the caller answers 503) when the store cannot be
+        reached; events already applied are recognised as duplicates when the client retries."""
+        result = FeedbackResult()
+        now = self.clock()
+        by_campaign: dict[str, list[tuple[int, PreparedConversion]]] = defaultdict(list)
+        for index, raw in enumerate(events):
+            try:
+                campaign, prepared = await self._validate(raw, now)
+            except Rejection as rejection:
+                result.reject(index, rejection, raw.get("campaign") if isinstance(raw, dict) else None)
+                continue
+            by_campaign[campaign.id].append((index, prepared))
+        for campaign_id, items in by_campaign.items():
+            campaign = await self.campaign(campaign_id)
+            try:
+                outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
+            except CampaignRefused as refused:
+                if str(refused) == "unknown":  # known to this worker, so the store lost it: retry later
+                    raise StoreUnavailable(f"the store has lost campaign {campaign_id!r}: run `latebandit rebuild`")
+                reason = Reason.CAMPAIGN_PAUSED
+                for index, _ in items:
+                    result.reject(index, Rejection(reason, f"campaign {campaign_id!r} is {refused}"), campaign_id)
+                continue
+            self._tally(result, campaign, items, outcomes)
+        await self._durable()
+        return result
+
+    async def _validate(self, raw: Any, now: int) -> tuple[Campaign, PreparedConversion]:
+        skew = round(self.options.max_skew * MICROS)
+        named = campaign_of(raw)
+        if named is not None:
+            campaign = await self._known(named)
+            raise Rejection(
+                Reason.WRONG_FEEDBACK_KIND,
+                f"policy {campaign.policy.name!r} learns from attributed conversions, not {raw['type']} events",
+            )
+        conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
+        campaign = await self._known(conversion.campaign)
+        return campaign, prepare(campaign, conversion, now, self.options.dedup_retention)
+
+    async def _known(self, campaign_id: str) -> Campaign:
+        try:
+            return await self.campaign(campaign_id)
+        except UnknownCampaign as error:
+            raise Rejection(Reason.UNKNOWN_CAMPAIGN, f"no campaign {campaign_id!r}") from error
+
+    @staticmethod
+    def _tally(
+        result: FeedbackResult, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]
+    ) -> None:
+        label = metrics.campaign_label(campaign.id)
+        for (_, prepared), outcome in zip(items, outcomes, strict=True):
+            metrics.FEEDBACK.labels(label, outcome.value).inc()
+            if outcome is Outcome.DUPLICATE:
+                result.duplicates += 1
+                continue
+            result.accepted += 1
+            result.censored += outcome is Outcome.CENSORED
+            delay = (prepared.record["occurred_at"] - prepared.record["decided_at"]) / MICROS
+            metrics.LATE_CONVERSIONS.labels(label).inc(max(0.0, delay))
+
+    # state ----------------------------------------------------------------------------------------
+
+    async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
+        campaign = await self.campaign(campaign_id, fresh=True)
+        as_of = self.clock() if at is None else at
+        state = await self.store.snapshot(campaign, 0.0)
+        return describe_state(campaign, state, as_of, publish=True)
+
+    async def _durable(self) -> None:
+        if self._after_write is not None:
+            await self._after_write()
+
+
+def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
+    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
+    counters = state.counters
+    return ArmStats(
+        pulls=counters.pulls[None, :].astype(np.float64),
+        conversions=counters.conversions[None, :],
+        effective=seen.effective[None, :],
+        t=np.array([counters.decisions + 1]),
+    )
+
+
+def _number(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int, publish: bool = False) -> dict[str, Any]:
+    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays."""
+    seen = exposure(campaign, state, as_of)
+    counters = state.counters
+    stats = arm_stats(state, seen)
+    policy = campaign.policy_impl
+    effective = policy.effective_pulls(stats)[0]
+    estimate = policy.estimate(stats)[0]
+    index = policy.index(stats)[0]
+    arms: dict[str, Any] = {}
+    for k, arm in enumerate(campaign.arms):
+        defined = effective[k] > EPS_EFFECTIVE
+        arms[arm] = {
+            "pulls": int(counters.pulls[k]),
+            "conversions": _integral(counters.conversions[k]),
+            "effective_pulls": float(effective[k]),
+            "estimate": _number(estimate[k]) if defined else None,
+            "index": _number(index[k]) if defined else None,
+            "pending": int(seen.pending[k]),
+        }
+        if publish:
+            labels = metrics.arm_label(campaign.id, arm)
+            metrics.ARM_EFFECTIVE.labels(*labels).set(float(effective[k]))
+            metrics.ARM_PENDING.labels(*labels).set(int(seen.pending[k]))
+            metrics.ARM_ESTIMATE.labels(*labels).set(arms[arm]["estimate"] or 0.0)
+            metrics.ARM_INDEX.labels(*labels).set(arms[arm]["index"] or 0.0)
+    return {
+        "campaign": campaign.id,
+        "policy": campaign.policy.name,
+        "decisions": int(counters.decisions),
+        "as_of": format_time(as_of),
+        "arms": arms,
+        "policy_state": {"status": campaign.status.value, "window": campaign.window,
+                         "bucket_width": campaign.bucket_width_us / MICROS},  # fmt: skip
+    }
+
+
+def _integral(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)

@@ -1,0 +1,144 @@
+"""Feedback events: validated one by one, so that one bad event never rejects its neighbours.
+
+Each event either becomes a ``Conversion`` (verified decision id, times checked) or a ``Rejection`` with a
+machine-readable reason from CONTRACT.md. Nothing here touches the store: the engine groups the accepted
+events by campaign and the store deduplicates and counts them atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from service.audit.records import Record
+from service.campaign import Campaign
+from service.ids import is_identifier
+from service.store.base import PreparedConversion
+from service.timeutil import MICROS, parse_time
+from service.tokens import InvalidToken, TokenSigner
+
+MAX_EVENTS = 10_000
+
+
+class Reason(StrEnum):
+    MALFORMED_EVENT = "malformed_event"
+    UNKNOWN_CAMPAIGN = "unknown_campaign"
+    BAD_DECISION_ID = "bad_decision_id"
+    BEFORE_DECISION = "before_decision"
+    FUTURE_TIMESTAMP = "future_timestamp"
+    VALUE_OUT_OF_RANGE = "value_out_of_range"
+    WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
+    CAMPAIGN_PAUSED = "campaign_paused"
+
+
+class Rejection(ValueError):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A conversion whose decision id verified; ``arm`` is an index into the campaign's arms."""
+
+    campaign: str
+    decision_id: str
+    arm: int
+    decided_at: int
+    pull_counted: bool  # the decision was counted in N (not a fallback)
+    version: int
+    occurred_at: int
+    value: float
+    event_id: str | None
+
+
+def _time(raw: dict[str, Any], name: str) -> int:
+    try:
+        return parse_time(raw[name])
+    except KeyError as error:
+        raise Rejection(Reason.MALFORMED_EVENT, f"{name} is required") from error
+    except (TypeError, ValueError) as error:
+        raise Rejection(Reason.MALFORMED_EVENT, f"{name}: {error}") from error
+
+
+def _event_id(raw: dict[str, Any]) -> str | None:
+    event_id = raw.get("event_id")
+    if event_id is not None and not is_identifier(event_id):
+        raise Rejection(Reason.MALFORMED_EVENT, "event_id must match ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+    return event_id
+
+
+def _value(raw: dict[str, Any], upper: float) -> float:
+    value = raw.get("value", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejection(Reason.MALFORMED_EVENT, "value must be a number")
+    if not math.isfinite(value) or not 0.0 <= value <= upper:
+        raise Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {value!r} is outside [0, {upper:g}]")
+    return float(value)
+
+
+def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> Conversion:
+    """Validate a conversion event; campaign-level checks (known, paused, window) come later."""
+    if not isinstance(raw, dict) or raw.get("type") != "conversion":
+        raise Rejection(Reason.MALFORMED_EVENT, "not a conversion event")
+    decision_id = raw.get("decision_id")
+    if not isinstance(decision_id, str):
+        raise Rejection(Reason.MALFORMED_EVENT, "decision_id is required")
+    event_id = _event_id(raw)
+    occurred_at = _time(raw, "occurred_at")
+    value = _value(raw, 1.0)
+    try:
+        token = signer.verify(decision_id)
+    except InvalidToken as error:
+        raise Rejection(Reason.BAD_DECISION_ID, str(error)) from error
+    named = raw.get("campaign")
+    if named is not None and named != token.campaign:
+        raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {token.campaign!r}, not {named!r}")
+    if occurred_at > now + max_skew:
+        raise Rejection(Reason.FUTURE_TIMESTAMP, "occurred_at is in the future beyond the allowed skew")
+    if occurred_at < token.decided_at - max_skew:
+        raise Rejection(Reason.BEFORE_DECISION, "occurred_at is before its decision")
+    return Conversion(
+        token.campaign, decision_id, token.arm, token.decided_at, not token.fallback, token.version,
+        occurred_at, value, event_id,
+    )  # fmt: skip
+
+
+def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retention: float) -> PreparedConversion:
+    """Classify a conversion against its campaign: censored beyond the window (event time, window end
+    included), counted only for a counted pull of the campaign's current policy version."""
+    if conversion.arm >= len(campaign.arms):
+        raise Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have")
+    delay = max(0, conversion.occurred_at - conversion.decided_at)
+    censored = delay > campaign.window_us
+    remaining = (conversion.decided_at + campaign.window_us - received_at) / MICROS
+    record: Record = {
+        "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
+        "decision_id": conversion.decision_id, "arm": campaign.arms[conversion.arm],
+        "decided_at": conversion.decided_at, "occurred_at": conversion.occurred_at,
+        "received_at": received_at, "value": conversion.value,
+    }  # fmt: skip
+    return PreparedConversion(
+        decision_id=conversion.decision_id,
+        arm=conversion.arm,
+        bucket=conversion.decided_at // campaign.bucket_width_us,
+        value=conversion.value,
+        counts=conversion.pull_counted and conversion.version == campaign.version,
+        censored=censored,
+        event_id=conversion.event_id,
+        dedup_ttl=math.ceil(max(0.0, remaining) + retention),
+        record=record,
+    )
+
+
+def campaign_of(raw: Any) -> str | None:
+    """The campaign an aggregate or watermark names, for the wrong-kind and unknown-campaign checks."""
+    if not isinstance(raw, dict) or raw.get("type") not in ("aggregate", "watermark"):
+        return None
+    campaign = raw.get("campaign")
+    if not is_identifier(campaign):
+        raise Rejection(Reason.MALFORMED_EVENT, "campaign is required and must be a valid id")
+    return campaign

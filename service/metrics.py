@@ -1,0 +1,76 @@
+"""Prometheus metrics. Label cardinality is bounded: at most ``MAX_CAMPAIGN_LABELS`` campaigns get their own
+label values (per process, first come); the others are reported under campaign="_other" and arm="_other".
+
+With several uvicorn workers, ``serve`` points PROMETHEUS_MULTIPROC_DIR at a fresh directory and /metrics
+aggregates every worker's files (prometheus-client's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+MAX_CAMPAIGN_LABELS = 200
+OTHER = "_other"
+
+DECISIONS = Counter(
+    "latebandit_decisions_total", "Decisions served", ["campaign", "arm", "outcome"]
+)  # outcome: new, repeated, fallback_paused, fallback_store_down
+FEEDBACK = Counter(
+    "latebandit_feedback_events_total", "Feedback events by outcome", ["campaign", "outcome"]
+)  # outcome: counted, censored, repeat, stale, duplicate, rejected_<reason>
+LATE_CONVERSIONS = Counter(
+    "latebandit_conversion_delay_seconds_total", "Sum of delays of accepted conversions", ["campaign"]
+)
+ARM_ESTIMATE = Gauge("latebandit_arm_estimate", "Policy estimate per arm", ["campaign", "arm"], multiprocess_mode="mostrecent")
+ARM_INDEX = Gauge("latebandit_arm_index", "Policy index per arm", ["campaign", "arm"], multiprocess_mode="mostrecent")
+ARM_EFFECTIVE = Gauge(
+    "latebandit_arm_effective_pulls", "Delay-corrected pull count per arm", ["campaign", "arm"], multiprocess_mode="mostrecent"
+)
+ARM_PENDING = Gauge("latebandit_arm_pending", "Pulls still inside the window without conversion", ["campaign", "arm"], multiprocess_mode="mostrecent")
+DECISION_LATENCY = Histogram(
+    "latebandit_decision_seconds",
+    "Time to answer /choose",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)
+FEEDBACK_LATENCY = Histogram(
+    "latebandit_feedback_seconds", "Time to answer /feedback", buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
+)
+STORE_ERRORS = Counter("latebandit_store_errors_total", "State store calls that failed", ["operation"])
+AUDIT_ERRORS = Counter("latebandit_audit_errors_total", "Audit drains that failed")
+AUDIT_ROWS = Counter("latebandit_audit_rows_total", "Audit rows written")
+AUDIT_BACKLOG = Gauge("latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="max")
+AUDIT_LAG = Gauge("latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max")
+
+_labelled: set[str] = set()
+
+
+def campaign_label(campaign: str) -> str:
+    if campaign in _labelled:
+        return campaign
+    if len(_labelled) < MAX_CAMPAIGN_LABELS:
+        _labelled.add(campaign)
+        return campaign
+    return OTHER
+
+
+def arm_label(campaign: str, arm: str) -> tuple[str, str]:
+    label = campaign_label(campaign)
+    return label, (arm if label != OTHER else OTHER)
+
+
+def exposition() -> tuple[bytes, str]:
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST

@@ -1,0 +1,1 @@
+"""Policy-state stores: Redis in production, process memory for the embedded default; one interface."""

@@ -1,0 +1,144 @@
+"""The state-store interface and the plain data it exchanges with the decision engine.
+
+The per-campaign state does not depend on the policy: raw counters per arm, plus a histogram of the
+pulls still inside the censoring window (per arm and time bucket: count, summed offset inside the bucket,
+summed exponential moments, conversions seen). Every field only ever grows by addition, so the state does
+not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
+A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
+keeps the state bounded by the window, not by traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+
+from service.audit.queue import AuditQueue
+from service.audit.records import Outcome, Record
+from service.campaign import Campaign, CampaignStatus
+
+
+class StoreUnavailable(RuntimeError):
+    """The state store cannot be reached: decisions fall back, feedback answers 503."""
+
+
+class CampaignRefused(RuntimeError):
+    """Feedback for a campaign that is unknown or paused; the message is the rejection reason."""
+
+
+@dataclass
+class Counters:
+    """Per-campaign and per-arm counters (arrays of length K)."""
+
+    decisions: int
+    pulls: np.ndarray
+    conversions: np.ndarray  # float: Σ of counted conversion values (each in [0, 1], 1 by default)
+    matured: np.ndarray
+
+    @classmethod
+    def zeros(cls, arms: int) -> Counters:
+        ints = np.zeros(arms, dtype=np.int64)
+        return cls(0, pulls=ints, conversions=np.zeros(arms), matured=ints.copy())
+
+
+@dataclass
+class Histogram:
+    """Pulls inside the window, one row per (arm, bucket) cell."""
+
+    arm: np.ndarray  # int64 (n,)
+    bucket: np.ndarray  # int64 (n,): floor(decided_at / bucket width)
+    count: np.ndarray  # int64 (n,)
+    offset: np.ndarray  # int64 (n,): Σ (decided_at − bucket·width) in µs, so the mean pull time is exact
+    converted: np.ndarray  # int64 (n,): counted conversions of these pulls
+    moments: np.ndarray  # float64 (n, J): Σ exp(−λ_j·(bucket end − decided_at)) per exponential component
+
+    @classmethod
+    def empty(cls, components: int) -> Histogram:
+        ints = [np.zeros(0, dtype=np.int64) for _ in range(5)]
+        return cls(*ints, moments=np.zeros((0, components)))
+
+
+@dataclass
+class StateSnapshot:
+    counters: Counters
+    histogram: Histogram
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A decision to record: the arm pulled, where it falls in the histogram, and its audit record."""
+
+    arm: int
+    decided_at: int
+    bucket: int
+    offset: int
+    moments: tuple[float, ...]
+    decision_id: str
+    propensity: float
+    record: Record
+
+
+class DecisionStatus(StrEnum):
+    NEW = "new"
+    REPEATED = "repeated"  # a retried request_id: the earlier decision is returned
+    PAUSED = "paused"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    status: DecisionStatus
+    decision_id: str = ""
+    arm: int = -1
+    propensity: float = 0.0
+    counters: Counters | None = None
+
+
+@dataclass(frozen=True)
+class PreparedConversion:
+    """A verified conversion, classified by everything that does not need the store's memory."""
+
+    decision_id: str
+    arm: int
+    bucket: int
+    value: float
+    counts: bool  # within the window, of a counted pull of the current policy version
+    censored: bool  # later than the window
+    event_id: str | None
+    dedup_ttl: int  # seconds the event_id and the decision's conversion are remembered
+    record: Record = field(default_factory=dict)
+
+
+class StateStore(AuditQueue, Protocol):
+    async def ping(self) -> None: ...
+
+    async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
+        """False if the id exists."""
+        ...
+
+    async def get_campaign(self, campaign_id: str) -> Campaign | None: ...
+
+    async def list_campaigns(self) -> list[str]: ...
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None: ...
+
+    async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:
+        """The campaign's state; a store may serve a histogram up to ``max_age`` seconds old (counters fresh
+        as of this worker's last write) when ``max_age`` > 0."""
+        ...
+
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        """Atomically: return the earlier decision of ``request_id``, or refuse a paused campaign, or count
+        the pull and queue its audit record."""
+        ...
+
+    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch."""
+        ...
+
+    async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
+        """Move matured histogram cells into the arms' ``matured`` counters (idempotent)."""
+        ...

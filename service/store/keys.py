@@ -1,0 +1,44 @@
+"""Every Redis key latebandit uses, built in one place.
+
+A campaign's keys share the hash tag ``{campaign}``, so they sit in one Redis Cluster slot and every Lua
+script over them stays legal on a cluster. Only the registry of campaign ids lives outside the tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "lb"
+
+    def registry(self) -> str:
+        return f"{self.prefix}:campaigns"
+
+    def _tagged(self, campaign: str, name: str) -> str:
+        return f"{self.prefix}:{{{campaign}}}:{name}"
+
+    def config(self, campaign: str) -> str:
+        return self._tagged(campaign, "config")
+
+    def counters(self, campaign: str) -> str:
+        """Hash: ``d`` decisions, ``paused``, and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        return self._tagged(campaign, "counters")
+
+    def cells(self, campaign: str) -> str:
+        """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments)."""
+        return self._tagged(campaign, "cells")
+
+    def audit(self, campaign: str) -> str:
+        """Stream of audit entries waiting for the writer."""
+        return self._tagged(campaign, "audit")
+
+    def request(self, campaign: str, request_id: str) -> str:
+        return self._tagged(campaign, f"req:{request_id}")
+
+    def event(self, campaign: str, event_id: str) -> str:
+        return self._tagged(campaign, f"ev:{event_id}")
+
+    def converted(self, campaign: str, decision_id: str) -> str:
+        return self._tagged(campaign, f"cv:{decision_id}")

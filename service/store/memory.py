@@ -1,0 +1,234 @@
+"""The embedded state store: everything in process memory, for one process (``latebandit serve`` with no
+Redis, replays, rebuilds and tests).
+
+Every method runs to completion without awaiting, so on one event loop each is atomic, as the Redis
+store's Lua scripts are. The semantics mirror store/lua/*.lua line for line; the same contract tests run
+against both stores.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from service.audit.queue import QueueEntry
+from service.audit.records import Outcome, Record
+from service.campaign import Campaign, CampaignStatus
+from service.store.base import (
+    CampaignRefused,
+    Counters,
+    DecisionResult,
+    DecisionStatus,
+    Histogram,
+    PreparedConversion,
+    Pull,
+    StateSnapshot,
+)
+from service.timeutil import MICROS
+
+_SWEEP_MINIMUM = 1024
+
+
+@dataclass
+class Cell:
+    count: int = 0
+    offset: int = 0
+    converted: int = 0
+    moments: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CampaignMemory:
+    campaign: Campaign
+    counters: Counters
+    cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
+    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires µs, value)
+    audit: dict[str, list[Record]] = field(default_factory=dict)
+    sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
+
+
+class MemoryStore:
+    def __init__(self, clock: Callable[[], int], keep_audit: bool = True) -> None:
+        self._clock = clock
+        self._keep_audit = keep_audit  # replays re-apply logged events and must not queue them again
+        self._campaigns: dict[str, CampaignMemory] = {}
+        self._entry_ids = itertools.count(1)
+
+    async def ping(self) -> None:
+        return None
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
+        if campaign.id in self._campaigns:
+            return False
+        memory = CampaignMemory(campaign, Counters.zeros(len(campaign.arms)))
+        self._campaigns[campaign.id] = memory
+        self._queue(memory, [record])
+        return True
+
+    async def get_campaign(self, campaign_id: str) -> Campaign | None:
+        memory = self._campaigns.get(campaign_id)
+        return memory.campaign if memory else None
+
+    async def list_campaigns(self) -> list[str]:
+        return sorted(self._campaigns)
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign_id)
+        if memory is None:
+            return None
+        memory.campaign = memory.campaign.model_copy(update={"status": status})
+        self._queue(memory, [record])
+        return memory.campaign
+
+    # state ----------------------------------------------------------------------------------------
+
+    async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
+        memory = self._campaigns[campaign.id]
+        cells = list(memory.cells.items())
+        components = len(campaign.delay_model.exponential_components() or ())
+        if not cells:
+            return StateSnapshot(_copy(memory.counters), Histogram.empty(components))
+        keys = np.array([key for key, _ in cells], dtype=np.int64)
+        histogram = Histogram(
+            arm=keys[:, 0],
+            bucket=keys[:, 1],
+            count=np.array([cell.count for _, cell in cells], dtype=np.int64),
+            offset=np.array([cell.offset for _, cell in cells], dtype=np.int64),
+            converted=np.array([cell.converted for _, cell in cells], dtype=np.int64),
+            moments=np.array([cell.moments for _, cell in cells], dtype=np.float64).reshape(len(cells), components),
+        )
+        return StateSnapshot(_copy(memory.counters), histogram)
+
+    async def record_decision(
+        self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int
+    ) -> DecisionResult:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return DecisionResult(DecisionStatus.UNKNOWN)
+        request_key = f"req:{request_id}" if request_id is not None else None
+        if request_key is not None:
+            earlier = self._get(memory, request_key)
+            if earlier is not None:
+                decision_id, arm, propensity = earlier  # type: ignore[misc]
+                return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            return DecisionResult(DecisionStatus.PAUSED)
+        counters = memory.counters
+        counters.decisions += 1
+        counters.pulls[pull.arm] += 1
+        cell = memory.cells.setdefault((pull.arm, pull.bucket), Cell(moments=[0.0] * len(pull.moments)))
+        cell.count += 1
+        cell.offset += pull.offset
+        cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
+        if request_key is not None:
+            self._set(memory, request_key, (pull.decision_id, pull.arm, pull.propensity), ttl)
+        self._queue(memory, [{**pull.record, "seq": counters.decisions}])
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
+
+    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            raise CampaignRefused("unknown")
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            raise CampaignRefused("paused")
+        outcomes: list[Outcome] = []
+        recorded: list[Record] = []
+        for event in events:
+            outcome = self._classify(memory, event)
+            outcomes.append(outcome)
+            if outcome is not Outcome.DUPLICATE:
+                recorded.append({**event.record, "outcome": outcome.value})
+        if recorded:
+            self._queue(memory, recorded)
+        return outcomes
+
+    def _classify(self, memory: CampaignMemory, event: PreparedConversion) -> Outcome:
+        if event.event_id is not None and not self._set_new(memory, f"ev:{event.event_id}", event.dedup_ttl):
+            return Outcome.DUPLICATE
+        first = self._set_new(memory, f"cv:{event.decision_id}", event.dedup_ttl)
+        if not first:
+            if event.event_id is None:
+                return Outcome.DUPLICATE
+            return Outcome.CENSORED if event.censored else Outcome.REPEAT
+        if event.censored:
+            return Outcome.CENSORED
+        if not event.counts:
+            return Outcome.STALE
+        memory.counters.conversions[event.arm] += event.value
+        cell = memory.cells.get((event.arm, event.bucket))
+        if cell is not None:
+            cell.converted += 1
+        return Outcome.COUNTED
+
+    async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
+        memory = self._campaigns[campaign.id]
+        for arm, bucket in zip(arms.tolist(), buckets.tolist(), strict=True):
+            cell = memory.cells.pop((arm, bucket), None)
+            if cell is not None:
+                memory.counters.matured[arm] += cell.count
+
+    # rebuilds -------------------------------------------------------------------------------------
+
+    def export_campaign(self, campaign_id: str) -> CampaignMemory:
+        return self._campaigns[campaign_id]
+
+    def import_campaign(self, memory: CampaignMemory, clock_shift: int) -> None:
+        """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` µs (from the
+        replay's virtual clock to this store's clock). Its audit entries are already in the log."""
+        expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
+        self._campaigns[memory.campaign.id] = CampaignMemory(memory.campaign, memory.counters, memory.cells, expiring)
+
+    # audit queue ----------------------------------------------------------------------------------
+
+    async def audit_campaigns(self) -> list[str]:
+        return [name for name, memory in self._campaigns.items() if memory.audit]
+
+    async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
+        memory = self._campaigns.get(campaign)
+        if memory is None:
+            return []
+        return [QueueEntry(campaign, entry_id, records) for entry_id, records in itertools.islice(memory.audit.items(), limit)]
+
+    async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
+        memory = self._campaigns.get(campaign)
+        for entry_id in entry_ids if memory else ():
+            memory.audit.pop(entry_id, None)  # type: ignore[union-attr]
+
+    async def audit_backlog(self) -> int:
+        return sum(len(memory.audit) for memory in self._campaigns.values())
+
+    # helpers --------------------------------------------------------------------------------------
+
+    def _queue(self, memory: CampaignMemory, records: list[Record]) -> None:
+        if self._keep_audit:
+            memory.audit[f"0-{next(self._entry_ids)}"] = records
+
+    def _get(self, memory: CampaignMemory, key: str) -> object | None:
+        entry = memory.expiring.get(key)
+        if entry is None or entry[0] <= self._clock():
+            memory.expiring.pop(key, None)
+            return None
+        return entry[1]
+
+    def _set(self, memory: CampaignMemory, key: str, value: object, ttl: int) -> None:
+        now = self._clock()
+        if len(memory.expiring) >= memory.sweep_at:
+            memory.expiring = {k: entry for k, entry in memory.expiring.items() if entry[0] > now}
+            memory.sweep_at = max(_SWEEP_MINIMUM, 2 * len(memory.expiring))
+        memory.expiring[key] = (now + ttl * MICROS, value)
+
+    def _set_new(self, memory: CampaignMemory, key: str, ttl: int) -> bool:
+        """SET NX EX: True if the key was absent (or expired) and is now set."""
+        if self._get(memory, key) is not None:
+            return False
+        self._set(memory, key, True, ttl)
+        return True
+
+
+def _copy(counters: Counters) -> Counters:
+    return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())

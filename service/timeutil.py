@@ -1,0 +1,42 @@
+"""Times on the wire are RFC 3339 strings; inside the service they are integer microseconds since the epoch.
+
+Integers keep bucket offsets and replays exact (no float drift between the live service and a replay).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+MICROS = 1_000_000
+
+
+def parse_time(text: str) -> int:
+    """RFC 3339 with a zone (``Z`` or ``+hh:mm``) to epoch microseconds; ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError("timestamp must be an RFC 3339 string")
+    parsed = datetime.fromisoformat(text.replace("z", "Z"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no time zone")
+    return to_micros(parsed)
+
+
+def to_micros(moment: datetime) -> int:
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * MICROS + delta.microseconds
+
+
+def format_time(micros: int) -> str:
+    """Epoch microseconds to RFC 3339 in UTC, with a ``Z`` and microseconds only when non-zero."""
+    seconds, rest = divmod(int(micros), MICROS)
+    moment = datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=rest)
+    return moment.isoformat(timespec="microseconds" if rest else "seconds").replace("+00:00", "Z")
+
+
+def seconds_to_micros(seconds: float) -> int:
+    return round(seconds * MICROS)
+
+
+def wall_clock() -> int:
+    """Epoch microseconds now: the service's only source of ``now`` (tests and replays inject others)."""
+    return time.time_ns() // 1_000

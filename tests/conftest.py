@@ -1,0 +1,77 @@
+"""Fixtures for the real services the tests run against.
+
+Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, database ``test``) are real servers. Each test gets
+its own Redis key prefix and its own PostgreSQL database, so tests never see each other's data. When a
+server cannot be reached the test fails with a clear message if ``CI`` is set, and is skipped (with the
+reason shown by ``pytest -rs``) otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+REDIS_URL = os.environ.get("LATEBANDIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_ADMIN_URL = os.environ.get("LATEBANDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def unavailable(what: str, error: Exception) -> None:
+    message = f"{what} is not reachable ({error}); start it or set the LATEBANDIT_TEST_* URL"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as error:
+        unavailable(f"Redis at {REDIS_URL}", error)
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix owned by one test; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"lbtest{uuid.uuid4().hex[:12]}"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        client.delete(key)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """The plain URL (CONTRACT.md form) of a fresh, empty PostgreSQL database, dropped afterwards."""
+    import psycopg
+
+    name = f"lbtest_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as error:
+        unavailable(f"PostgreSQL at {POSTGRES_ADMIN_URL}", error)
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = POSTGRES_ADMIN_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'audit.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request) -> str:
+    """Both audit back ends: the embedded SQLite file and a real PostgreSQL database."""
+    return request.getfixturevalue(f"{request.param}_url")

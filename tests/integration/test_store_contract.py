@@ -1,0 +1,171 @@
+"""The same contract for both state stores: the real Redis server and the in-process memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from service.audit.records import Outcome
+from service.campaign import Campaign, CampaignStatus
+from service.exposure import bucket_moments
+from service.store.base import CampaignRefused, DecisionStatus, PreparedConversion, Pull, StateStore
+from service.store.memory import MemoryStore
+from service.store.redis import RedisStore
+
+T0 = 1_800_000_000_000_000  # a fixed epoch in µs; the stores never read a clock except for key expiry
+
+
+def make_campaign(campaign_id: str = "c1", delay: dict | None = None) -> Campaign:
+    return Campaign(
+        id=campaign_id,
+        arms=["a", "b", "c"],
+        policy={"name": "delayed-klucb", "params": {}},
+        delay=delay or {"family": "exponential", "mean": 3600},
+        window=86_400,
+        created_at=T0,
+    )
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request) -> AsyncIterator[StateStore]:
+    if request.param == "memory":
+        yield MemoryStore(clock=lambda: T0)
+        return
+    prefix = request.getfixturevalue("redis_prefix")
+    redis_store = RedisStore(request.getfixturevalue("redis_url"), prefix)
+    yield redis_store
+    await redis_store.close()
+
+
+def pull(campaign: Campaign, arm: int, at: int, name: str) -> Pull:
+    bucket, offset, moments = bucket_moments(campaign, at)
+    record = {"type": "decision", "campaign": campaign.id, "decision_id": name, "arm": campaign.arms[arm], "at": at}
+    return Pull(arm, at, bucket, offset, moments, name, 0.5, record)
+
+
+def conversion(campaign: Campaign, name: str, arm: int, at: int, event_id: str | None, **flags) -> PreparedConversion:
+    options = {"counts": True, "censored": False} | flags
+    record = {"type": "conversion", "campaign": campaign.id, "decision_id": name, "event_id": event_id}
+    bucket = at // campaign.bucket_width_us
+    return PreparedConversion(name, arm, bucket, 1.0, event_id=event_id, dedup_ttl=3600, record=record, **options)
+
+
+async def test_create_is_exclusive_and_campaign_round_trips(store: StateStore) -> None:
+    campaign = make_campaign()
+    assert await store.create_campaign(campaign, {"type": "campaign", "campaign": "c1"})
+    assert not await store.create_campaign(campaign, {"type": "campaign", "campaign": "c1"})
+    loaded = await store.get_campaign("c1")
+    assert loaded is not None and loaded.model_dump() == campaign.model_dump()
+    assert await store.get_campaign("nope") is None
+    assert await store.list_campaigns() == ["c1"]
+
+
+async def test_decisions_update_counters_histogram_and_audit(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {"type": "campaign"})
+    arms = [0, 1, 1, 2, 1]
+    for i, arm in enumerate(arms):
+        result = await store.record_decision(campaign, pull(campaign, arm, T0 + i * 1_000_000, f"d{i}"), None, 60)
+        assert result.status is DecisionStatus.NEW
+        assert result.counters is not None and result.counters.decisions == i + 1
+    state = await store.snapshot(campaign)
+    assert state.counters.decisions == 5
+    assert state.counters.pulls.tolist() == [1, 3, 1]
+    assert int(state.histogram.count.sum()) == 5
+    assert state.histogram.moments.shape == (len(state.histogram.count), 1)
+    entries = await store.read_audit("c1", 100)
+    seqs = [record["seq"] for entry in entries for record in entry.records if record["type"] == "decision"]
+    assert seqs == [1, 2, 3, 4, 5]
+    assert await store.audit_backlog() == 6
+    await store.ack_audit("c1", [entry.entry_id for entry in entries])
+    await store.ack_audit("c1", [entry.entry_id for entry in entries])  # twice is harmless
+    assert await store.read_audit("c1", 100) == []
+
+
+async def test_request_id_returns_the_earlier_decision(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    first = await store.record_decision(campaign, pull(campaign, 2, T0, "d1"), "req-1", 60)
+    again = await store.record_decision(campaign, pull(campaign, 0, T0 + 5, "d2"), "req-1", 60)
+    assert again.status is DecisionStatus.REPEATED
+    assert (again.decision_id, again.arm, again.propensity) == ("d1", 2, 0.5)
+    assert (await store.snapshot(campaign)).counters.decisions == 1
+
+
+async def test_conversion_outcomes(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    for i in range(4):
+        await store.record_decision(campaign, pull(campaign, 1, T0 + i, f"d{i}"), None, 60)
+    events = [
+        conversion(campaign, "d0", 1, T0, "e1"),  # counted
+        conversion(campaign, "d0", 1, T0, "e1"),  # same event id: duplicate
+        conversion(campaign, "d0", 1, T0, "e2"),  # new event id, decision converted already: repeat
+        conversion(campaign, "d1", 1, T0, None),  # counted, deduplicated by decision
+        conversion(campaign, "d1", 1, T0, None),  # duplicate by decision
+        conversion(campaign, "d2", 1, T0, "e3", censored=True),  # recorded, never counted
+        conversion(campaign, "d3", 1, T0, "e4", counts=False),  # a fallback / old-version pull
+    ]
+    outcomes = await store.apply_conversions(campaign, events)
+    assert outcomes == [
+        Outcome.COUNTED, Outcome.DUPLICATE, Outcome.REPEAT, Outcome.COUNTED,
+        Outcome.DUPLICATE, Outcome.CENSORED, Outcome.STALE,
+    ]  # fmt: skip
+    state = await store.snapshot(campaign)
+    assert state.counters.conversions.tolist() == [0.0, 2.0, 0.0]
+    assert int(state.histogram.converted.sum()) == 2
+    recorded = [r for entry in await store.read_audit("c1", 100) for r in entry.records if r["type"] == "conversion"]
+    assert [r["outcome"] for r in recorded] == ["counted", "repeat", "counted", "censored", "stale"]
+    # A retry of the whole batch changes nothing.
+    again = await store.apply_conversions(campaign, events)
+    assert set(again) == {Outcome.DUPLICATE} | {Outcome.REPEAT, Outcome.CENSORED, Outcome.STALE} & set(again)
+    assert (await store.snapshot(campaign)).counters.conversions.tolist() == [0.0, 2.0, 0.0]
+
+
+async def test_paused_and_unknown_campaigns(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    paused = await store.set_status("c1", CampaignStatus.PAUSED, {"type": "campaign", "action": "pause"})
+    assert paused is not None and paused.status is CampaignStatus.PAUSED
+    assert (await store.get_campaign("c1")).status is CampaignStatus.PAUSED  # type: ignore[union-attr]
+    result = await store.record_decision(campaign, pull(campaign, 0, T0, "d0"), None, 60)
+    assert result.status is DecisionStatus.PAUSED
+    with pytest.raises(CampaignRefused, match="paused"):
+        await store.apply_conversions(campaign, [conversion(campaign, "d0", 0, T0, None)])
+    await store.set_status("c1", CampaignStatus.ACTIVE, {})
+    assert (await store.record_decision(campaign, pull(campaign, 0, T0, "d0"), None, 60)).status is DecisionStatus.NEW
+    ghost = make_campaign("ghost")
+    assert (await store.record_decision(ghost, pull(ghost, 0, T0, "x"), None, 60)).status is DecisionStatus.UNKNOWN
+    assert await store.set_status("ghost", CampaignStatus.PAUSED, {}) is None
+
+
+async def test_fold_matured_moves_counts_once(store: StateStore) -> None:
+    campaign = make_campaign(delay={"family": "uniform", "low": 0, "high": 100})
+    await store.create_campaign(campaign, {})
+    for i in range(3):
+        await store.record_decision(campaign, pull(campaign, 0, T0 + i, f"d{i}"), None, 60)
+    await store.record_decision(campaign, pull(campaign, 1, T0 + 10 * campaign.bucket_width_us, "late"), None, 60)
+    state = await store.snapshot(campaign)
+    old = state.histogram.arm == 0
+    for _ in range(2):  # idempotent
+        await store.fold_matured(campaign, state.histogram.arm[old], state.histogram.bucket[old])
+    after = await store.snapshot(campaign)
+    assert after.counters.matured.tolist() == [3, 0, 0]
+    assert after.histogram.arm.tolist() == [1]
+    assert after.counters.pulls.tolist() == [3, 1, 0]
+
+
+async def test_concurrent_decisions_are_all_counted(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    rng = np.random.default_rng(3)
+    arms = rng.integers(0, 3, size=200)
+    await asyncio.gather(
+        *(store.record_decision(campaign, pull(campaign, int(a), T0 + i, f"d{i}"), None, 60) for i, a in enumerate(arms))
+    )
+    state = await store.snapshot(campaign)
+    assert state.counters.decisions == 200
+    assert state.counters.pulls.tolist() == np.bincount(arms, minlength=3).tolist()
