@@ -44,6 +44,7 @@ from service.store.keys import Keys
 
 SCRIPTS = ("create_campaign", "set_status", "record_decision", "apply_conversions", "fold_matured")
 CONVERSIONS_PER_SCRIPT = 1_000
+MAX_CONNECTIONS = 128
 
 
 def _load_script(name: str) -> str:
@@ -87,7 +88,11 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
 
 class RedisStore:
     def __init__(self, url: str, prefix: str = "lb", client: aioredis.Redis | None = None) -> None:
-        self.client = client or aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        # A blocking pool: a burst of requests waits for a free connection instead of failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=2.0, socket_timeout=2.0, socket_connect_timeout=2.0
+        )
+        self.client = client or aioredis.Redis(connection_pool=pool)
         self.keys = Keys(prefix)
         self._scripts: dict[str, AsyncScript] = {
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
@@ -263,18 +268,17 @@ class RedisStore:
         self._cache.pop(cid, None)
 
 
-def _records(fields: dict[bytes, bytes] | list[tuple[bytes, bytes]]) -> list[Record]:
-    """Decode a stream entry: ``seq``/``r`` for a single record, or (outcome, record) pairs."""
-    pairs = fields.items() if isinstance(fields, dict) else fields
+def _records(fields: dict[bytes, bytes]) -> list[Record]:
+    """Decode a stream entry: ``seq``/``r`` for a single record, or ``position:outcome`` fields."""
     records: list[Record] = []
     seq = None
-    for name, value in pairs:
+    for name, value in fields.items():
         if name == b"seq":
             seq = int(value)
         elif name == b"r":
             records.append(orjson.loads(value))
         else:
-            records.append({**orjson.loads(value), "outcome": name.decode()})
+            records.append({**orjson.loads(value), "outcome": name.partition(b":")[2].decode()})
     if seq is not None:
         records[0]["seq"] = seq
     return records

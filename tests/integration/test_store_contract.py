@@ -77,7 +77,7 @@ async def test_decisions_update_counters_histogram_and_audit(store: StateStore) 
     assert int(state.histogram.count.sum()) == 5
     assert state.histogram.moments.shape == (len(state.histogram.count), 1)
     entries = await store.read_audit("c1", 100)
-    seqs = [record["seq"] for entry in entries for record in entry.records if record["type"] == "decision"]
+    seqs = [record["seq"] for entry in entries for record in entry.records if record.get("type") == "decision"]
     assert seqs == [1, 2, 3, 4, 5]
     assert await store.audit_backlog() == 6
     await store.ack_audit("c1", [entry.entry_id for entry in entries])
@@ -117,7 +117,7 @@ async def test_conversion_outcomes(store: StateStore) -> None:
     state = await store.snapshot(campaign)
     assert state.counters.conversions.tolist() == [0.0, 2.0, 0.0]
     assert int(state.histogram.converted.sum()) == 2
-    recorded = [r for entry in await store.read_audit("c1", 100) for r in entry.records if r["type"] == "conversion"]
+    recorded = [r for entry in await store.read_audit("c1", 100) for r in entry.records if r.get("type") == "conversion"]
     assert [r["outcome"] for r in recorded] == ["counted", "repeat", "counted", "censored", "stale"]
     # A retry of the whole batch changes nothing.
     again = await store.apply_conversions(campaign, events)

@@ -30,7 +30,7 @@ for i = 1, (#KEYS - 3) / 2 do
   end
   outcomes[i] = outcome
   if outcome ~= 'duplicate' then
-    entry[#entry + 1] = outcome
+    entry[#entry + 1] = i .. ':' .. outcome  -- field names must be unique: redis-py reads entries as dicts
     entry[#entry + 1] = ARGV[a + 8]
   end
 end
