@@ -32,7 +32,10 @@ class LoadResult:
 
 def post(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-    head = f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"{extra}Content-Length: {len(body)}\r\n\r\n"
+    )
     return head.encode() + body
 
 

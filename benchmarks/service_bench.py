@@ -33,7 +33,7 @@ from service.store.base import Counters, Histogram
 from service.store.redis import RedisStore
 from service.timeutil import MICROS, format_time, wall_clock
 from service.tokens import DecisionToken, TokenSigner, new_nonce
-from tests.e2e.server import free_port, stop, wait_ready, Server
+from tests.e2e.server import Server, free_port, stop, wait_ready
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -120,8 +120,14 @@ def main() -> None:
     with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
     database_url = POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database
-    env = {**os.environ, "LATEBANDIT_REDIS_URL": REDIS_URL, "LATEBANDIT_REDIS_PREFIX": prefix,
-           "LATEBANDIT_DATABASE_URL": database_url, "LATEBANDIT_SECRET": SECRET, "BENCH_REDIS_URL": REDIS_URL}  # fmt: skip
+    env = {
+        **os.environ,
+        "LATEBANDIT_REDIS_URL": REDIS_URL,
+        "LATEBANDIT_REDIS_PREFIX": prefix,
+        "LATEBANDIT_DATABASE_URL": database_url,
+        "LATEBANDIT_SECRET": SECRET,
+        "BENCH_REDIS_URL": REDIS_URL,
+    }
     servers: list[Server] = []
     try:
         subprocess.run([sys.executable, "-m", "service.cli", "migrate"], env=env, check=True, capture_output=True)
@@ -129,8 +135,9 @@ def main() -> None:
         latebandit = start([sys.executable, "-m", "service.cli", "serve", "--port", str(lb_port)], env, lb_port,
                            workdir / "latebandit.log")  # fmt: skip
         servers.append(latebandit)
-        bare = start([sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory", "--port",
-                      str(bare_port), "--no-access-log", "--log-level", "warning"], env, bare_port, workdir / "bare.log")  # fmt: skip
+        uvicorn = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory"]
+        flags = ["--port", str(bare_port), "--no-access-log", "--log-level", "warning"]
+        bare = start([*uvicorn, *flags], env, bare_port, workdir / "bare.log")
         servers.append(bare)
         import httpx
 
@@ -175,7 +182,9 @@ def report(rounds: dict[str, list[LoadResult]], fb: LoadResult, args: argparse.N
     for column in ("endpoint", "req/s", "p50 ms", "p99 ms", "errors"):
         table.add_column(column)
     for name, row in (("bare FastAPI + 1 Redis GET", bare), ("latebandit /choose", lb)):
-        table.add_row(name, f"{row['throughput']:.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", str(row["errors"]))
+        table.add_row(
+            name, f"{row['throughput']:.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", str(row["errors"])
+        )
     console = Console()
     console.print(table)
     console.print(f"throughput ratio {figures['choose_throughput_ratio']:.2f} (target ≥ 0.8), "

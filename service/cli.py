@@ -56,10 +56,14 @@ def serve(
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(given[name])
     settings = Settings()
     if not settings.api_keys and not _is_loopback(host) and not insecure:
-        console.print(f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure")
+        console.print(
+            f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
+        )
         raise typer.Exit(2)
     if settings.redis_url is None and workers > 1:
-        console.print("[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1")
+        console.print(
+            "[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1"
+        )
         raise typer.Exit(2)
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="latebandit-metrics-")
@@ -134,7 +138,9 @@ def replay(
 
 
 def _print_state(state: dict) -> None:
-    table = Table(title=f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}")
+    table = Table(
+        title=f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}"
+    )
     for column in ("arm", "pulls", "conversions", "effective_pulls", "estimate", "index", "pending"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm, row in state["arms"].items():

@@ -23,6 +23,7 @@ from service.policies.base import ArmStats
 from service.store.base import (
     CampaignRefused,
     DecisionStatus,
+    Histogram,
     PreparedConversion,
     Pull,
     StateSnapshot,
@@ -42,6 +43,12 @@ class UnknownCampaign(LookupError):
 
 class CampaignExists(ValueError):
     pass
+
+
+def lost_campaign(campaign_id: str) -> StoreUnavailable:
+    """A campaign this worker knows that the store no longer has: Redis lost its data. Callers answer
+    as for a store outage (fallback decisions, 503 on feedback) until `latebandit rebuild` restores it."""
+    return StoreUnavailable(f"the store has lost campaign {campaign_id!r}: run `latebandit rebuild`")
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class DecisionEngine:
         self.options = options
         self._after_write = after_write  # the embedded mode makes each write durable before answering
         self._campaigns: dict[str, Campaign] = {}
+        self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -169,7 +177,7 @@ class DecisionEngine:
         if result.status is DecisionStatus.PAUSED:
             return None
         if result.status is DecisionStatus.UNKNOWN:
-            raise StoreUnavailable(f"the store has lost campaign {campaign.id!r}: run `latebandit rebuild`")
+            raise lost_campaign(campaign.id)
         await self._durable()
         arm_id = campaign.arms[result.arm]
         metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, arm_id), result.status.value).inc()
@@ -184,7 +192,13 @@ class DecisionEngine:
         return Decision(self.signer.sign(token), campaign.id, campaign.arms[arm], campaign.policy.name, 1.0, True)
 
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
+        """Ñ is evaluated once per histogram read and reused while the store serves that read (Redis:
+        up to ``snapshot_interval``), so a decision costs O(K), not O(K·B) (vernade2017.md §3.4f)."""
+        cached = self._exposures.get(campaign.id)
+        if cached is not None and cached[0] is state.histogram:
+            return arm_stats(state, cached[1])
         seen = exposure(campaign, state, now)
+        self._exposures[campaign.id] = (state.histogram, seen)
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -211,7 +225,7 @@ class DecisionEngine:
                 outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
             except CampaignRefused as refused:
                 if str(refused) == "unknown":  # known to this worker, so the store lost it: retry later
-                    raise StoreUnavailable(f"the store has lost campaign {campaign_id!r}: run `latebandit rebuild`")
+                    raise lost_campaign(campaign_id) from refused
                 reason = Reason.CAMPAIGN_PAUSED
                 for index, _ in items:
                     result.reject(index, Rejection(reason, f"campaign {campaign_id!r} is {refused}"), campaign_id)
@@ -314,8 +328,11 @@ def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int, publish
         "decisions": int(counters.decisions),
         "as_of": format_time(as_of),
         "arms": arms,
-        "policy_state": {"status": campaign.status.value, "window": campaign.window,
-                         "bucket_width": campaign.bucket_width_us / MICROS},  # fmt: skip
+        "policy_state": {
+            "status": campaign.status.value,
+            "window": campaign.window,
+            "bucket_width": campaign.bucket_width_us / MICROS,
+        },
     }
 
 

@@ -31,12 +31,22 @@ FEEDBACK = Counter(
 LATE_CONVERSIONS = Counter(
     "latebandit_conversion_delay_seconds_total", "Sum of delays of accepted conversions", ["campaign"]
 )
-ARM_ESTIMATE = Gauge("latebandit_arm_estimate", "Policy estimate per arm", ["campaign", "arm"], multiprocess_mode="mostrecent")
+ARM_ESTIMATE = Gauge(
+    "latebandit_arm_estimate", "Policy estimate per arm", ["campaign", "arm"], multiprocess_mode="mostrecent"
+)
 ARM_INDEX = Gauge("latebandit_arm_index", "Policy index per arm", ["campaign", "arm"], multiprocess_mode="mostrecent")
 ARM_EFFECTIVE = Gauge(
-    "latebandit_arm_effective_pulls", "Delay-corrected pull count per arm", ["campaign", "arm"], multiprocess_mode="mostrecent"
+    "latebandit_arm_effective_pulls",
+    "Delay-corrected pull count per arm",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
 )
-ARM_PENDING = Gauge("latebandit_arm_pending", "Pulls still inside the window without conversion", ["campaign", "arm"], multiprocess_mode="mostrecent")
+ARM_PENDING = Gauge(
+    "latebandit_arm_pending",
+    "Pulls still inside the window without conversion",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
+)
 DECISION_LATENCY = Histogram(
     "latebandit_decision_seconds",
     "Time to answer /choose",
@@ -48,8 +58,12 @@ FEEDBACK_LATENCY = Histogram(
 STORE_ERRORS = Counter("latebandit_store_errors_total", "State store calls that failed", ["operation"])
 AUDIT_ERRORS = Counter("latebandit_audit_errors_total", "Audit drains that failed")
 AUDIT_ROWS = Counter("latebandit_audit_rows_total", "Audit rows written")
-AUDIT_BACKLOG = Gauge("latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="max")
-AUDIT_LAG = Gauge("latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max")
+AUDIT_BACKLOG = Gauge(
+    "latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="max"
+)
+AUDIT_LAG = Gauge(
+    "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max"
+)
 
 _labelled: set[str] = set()
 

@@ -69,11 +69,9 @@ class Runtime:
     @classmethod
     def build(cls, settings: Settings) -> Runtime:
         audit = AuditLog(settings.sqlalchemy_url)
-        store: StateStore
-        if settings.redis_url:
-            store = RedisStore(settings.redis_url, settings.redis_prefix)
-        else:
-            store = MemoryStore(wall_clock)
+        store: StateStore = (
+            RedisStore(settings.redis_url, settings.redis_prefix) if settings.redis_url else MemoryStore(wall_clock)
+        )
         writer = AuditWriter(store, audit, settings.audit_batch)
         options = EngineOptions(
             max_skew=settings.max_skew,
@@ -83,7 +81,9 @@ class Runtime:
         )
         # In the embedded mode the queue lives in process memory: flush it before answering.
         durable = writer.flush if settings.embedded else None
-        engine = DecisionEngine(store, TokenSigner(load_secret(settings)), wall_clock, np.random.default_rng(), options, durable)
+        engine = DecisionEngine(
+            store, TokenSigner(load_secret(settings)), wall_clock, np.random.default_rng(), options, durable
+        )
         return cls(settings, store, audit, writer, engine)
 
     async def start(self) -> None:

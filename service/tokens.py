@@ -59,9 +59,7 @@ class TokenSigner:
 
     def sign(self, token: DecisionToken) -> str:
         flags = _FALLBACK_FLAG if token.fallback else ""
-        payload = (
-            f"{token.campaign}|{token.arm}|{token.decided_at}|{token.version}|{token.nonce}|{flags}".encode()
-        )
+        payload = f"{token.campaign}|{token.arm}|{token.decided_at}|{token.version}|{token.nonce}|{flags}".encode()
         return f"{_b64(payload)}.{_b64(self._signature(payload))}"
 
     def verify(self, decision_id: str) -> DecisionToken:

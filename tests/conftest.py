@@ -71,7 +71,7 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'audit.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request) -> str:
     """Both audit back ends: the embedded SQLite file and a real PostgreSQL database."""
     return request.getfixturevalue(f"{request.param}_url")

@@ -65,6 +65,21 @@ def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
+def get_engine(request: Request) -> DecisionEngine:
+    return request.app.state.runtime.engine
+
+
+def decide(request: Request) -> None:
+    request.app.state.api_keys.check(request, Scope.DECIDE)
+
+
+def admin(request: Request) -> None:
+    request.app.state.api_keys.check(request, Scope.ADMIN)
+
+
+Engine = Annotated[DecisionEngine, Depends(get_engine)]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     keys = ApiKeys(settings.api_keys)
@@ -80,17 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await runtime.close()
 
     app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan)
-
-    def engine(request: Request) -> DecisionEngine:
-        return request.app.state.runtime.engine
-
-    def decide(request: Request) -> None:
-        keys.check(request, Scope.DECIDE)
-
-    def admin(request: Request) -> None:
-        keys.check(request, Scope.ADMIN)
-
-    Engine = Annotated[DecisionEngine, Depends(engine)]
+    app.state.api_keys = keys
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -113,7 +118,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def limit_body(request: Request, call_next: Any) -> Response:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"error": "body_too_large", "detail": f"bodies are limited to {MAX_BODY_BYTES} bytes"}, 413)
+            return JSONResponse(
+                {"error": "body_too_large", "detail": f"bodies are limited to {MAX_BODY_BYTES} bytes"}, 413
+            )
         return await call_next(request)
 
     # campaigns ------------------------------------------------------------------------------------

@@ -106,7 +106,9 @@ class Replayer:
             return
         arm = campaign.arm_index[line["arm"]]
         counted = not line.get("fallback", False)
-        self.decisions[line["decision_id"]] = LoggedDecision(campaign.id, arm, at, counted, line.get("version", campaign.version))
+        self.decisions[line["decision_id"]] = LoggedDecision(
+            campaign.id, arm, at, counted, line.get("version", campaign.version)
+        )
         if not counted:
             return
         bucket, offset, moments = bucket_moments(campaign, at)
@@ -153,6 +155,4 @@ def read_log(path: str) -> Iterable[dict[str, Any]]:
 def records_as_lines(records: Iterable[Record]) -> Iterable[dict[str, Any]]:
     """Audit records in the event-log form (the export), for replaying straight from the audit log."""
     for record in records:
-        line = record_to_line(record)
-        if line is not None:
-            yield line
+        yield record_to_line(record)

@@ -55,7 +55,7 @@ class MemoryStore:
         self._clock = clock
         self._keep_audit = keep_audit  # replays re-apply logged events and must not queue them again
         self._campaigns: dict[str, CampaignMemory] = {}
-        self._entry_ids = itertools.count(1)
+        self._last_entry = (0, 0)
 
     async def ping(self) -> None:
         return None
@@ -104,9 +104,7 @@ class MemoryStore:
         )
         return StateSnapshot(_copy(memory.counters), histogram)
 
-    async def record_decision(
-        self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int
-    ) -> DecisionResult:
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return DecisionResult(DecisionStatus.UNKNOWN)
@@ -192,7 +190,10 @@ class MemoryStore:
         memory = self._campaigns.get(campaign)
         if memory is None:
             return []
-        return [QueueEntry(campaign, entry_id, records) for entry_id, records in itertools.islice(memory.audit.items(), limit)]
+        return [
+            QueueEntry(campaign, entry_id, records)
+            for entry_id, records in itertools.islice(memory.audit.items(), limit)
+        ]
 
     async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
         memory = self._campaigns.get(campaign)
@@ -206,7 +207,15 @@ class MemoryStore:
 
     def _queue(self, memory: CampaignMemory, records: list[Record]) -> None:
         if self._keep_audit:
-            memory.audit[f"0-{next(self._entry_ids)}"] = records
+            memory.audit[self._next_entry_id()] = records
+
+    def _next_entry_id(self) -> str:
+        """``<ms>-<seq>`` from the clock, never going backwards, as Redis stream ids: ids of a later
+        process life sort after, and never collide with, the ones already in the audit log."""
+        millis, sequence = self._last_entry
+        now = self._clock() // 1000
+        self._last_entry = (now, 0) if now > millis else (millis, sequence + 1)
+        return "{}-{}".format(*self._last_entry)
 
     def _get(self, memory: CampaignMemory, key: str) -> object | None:
         entry = memory.expiring.get(key)

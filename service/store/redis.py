@@ -5,9 +5,10 @@ Scripts are registered once per client and run by EVALSHA; each touches only the
 so a state change and its audit record are never separated by a crash.
 
 ``/choose`` makes one round trip: the decision uses the counters returned by this worker's previous
-decision and a histogram of recent pulls that may be up to ``snapshot_interval`` seconds old; pulls made
-since that histogram was read weigh 0 in Ñ until the next refresh, which under-counts Ñ by at most
-(decisions in the interval)·F(interval), an optimistic error (vernade2017.md §3.4f).
+decision and a histogram of recent pulls that may be up to ``snapshot_interval`` seconds old. Ñ is
+evaluated when the histogram is read; pulls made since weigh 0 until the next read and ages stop
+advancing meanwhile, which under-counts Ñ by at most (decisions in the interval)·F(interval) +
+interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
 """
 
 from __future__ import annotations
@@ -132,11 +133,10 @@ class RedisStore:
         return bool(created)
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None:
-        async with self._reachable():
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.get(self.keys.config(campaign_id))
-                pipe.hget(self.keys.counters(campaign_id), "paused")
-                config, paused = await pipe.execute()
+        async with self._reachable(), self.client.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.config(campaign_id))
+            pipe.hget(self.keys.counters(campaign_id), "paused")
+            config, paused = await pipe.execute()
         if config is None:
             return None
         status = CampaignStatus.PAUSED if paused == b"1" else CampaignStatus.ACTIVE
@@ -164,24 +164,29 @@ class RedisStore:
         cached = self._cache.get(campaign.id)
         if cached is not None and time.monotonic() - cached.read_at <= max_age:
             return StateSnapshot(cached.counters, cached.histogram)
-        async with self._reachable():
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.hgetall(self.keys.counters(campaign.id))
-                pipe.hgetall(self.keys.cells(campaign.id))
-                counters_raw, cells_raw = await pipe.execute()
+        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.counters(campaign.id))
+            pipe.hgetall(self.keys.cells(campaign.id))
+            counters_raw, cells_raw = await pipe.execute()
         components = len(campaign.delay_model.exponential_components() or ())
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
         self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic())
         return StateSnapshot(counters, histogram)
 
-    async def record_decision(
-        self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int
-    ) -> DecisionResult:
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
         if request_id is not None:
             keys.append(self.keys.request(campaign.id, request_id))
-        args = [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity), ttl, orjson.dumps(pull.record)]
+        args = [
+            pull.arm,
+            pull.bucket,
+            pull.offset,
+            pull.decision_id,
+            repr(pull.propensity),
+            ttl,
+            orjson.dumps(pull.record),
+        ]
         status, earlier, raw = await self._run("record_decision", keys, [*args, *map(repr, pull.moments)])
         if status == 3:
             return DecisionResult(DecisionStatus.UNKNOWN)
@@ -241,11 +246,10 @@ class RedisStore:
 
     async def audit_backlog(self) -> int:
         campaigns = await self.list_campaigns()
-        async with self._reachable():
-            async with self.client.pipeline(transaction=False) as pipe:
-                for campaign in campaigns:
-                    pipe.xlen(self.keys.audit(campaign))
-                return sum(await pipe.execute())
+        async with self._reachable(), self.client.pipeline(transaction=False) as pipe:
+            for campaign in campaigns:
+                pipe.xlen(self.keys.audit(campaign))
+            return sum(await pipe.execute())
 
     # rebuild --------------------------------------------------------------------------------------
 
@@ -255,16 +259,15 @@ class RedisStore:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps a key
         suffix (``req:…``, ``ev:…``, ``cv:…``) to its value and remaining seconds."""
         cid = campaign.id
-        async with self._reachable():
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.delete(self.keys.counters(cid), self.keys.cells(cid))
-                pipe.set(self.keys.config(cid), campaign.model_dump_json())
-                _write_counters(pipe, self.keys.counters(cid), campaign, counters)
-                _write_histogram(pipe, self.keys.cells(cid), histogram)
-                for suffix, (value, seconds) in expiring.items():
-                    pipe.set(f"{self.keys.prefix}:{{{cid}}}:{suffix}", value, ex=max(1, seconds))
-                pipe.sadd(self.keys.registry(), cid)
-                await pipe.execute()
+        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.counters(cid), self.keys.cells(cid))
+            pipe.set(self.keys.config(cid), campaign.model_dump_json())
+            _write_counters(pipe, self.keys.counters(cid), campaign, counters)
+            _write_histogram(pipe, self.keys.cells(cid), histogram)
+            for suffix, (value, seconds) in expiring.items():
+                pipe.set(f"{self.keys.prefix}:{{{cid}}}:{suffix}", value, ex=max(1, seconds))
+            pipe.sadd(self.keys.registry(), cid)
+            await pipe.execute()
         self._cache.pop(cid, None)
 
 

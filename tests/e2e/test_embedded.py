@@ -127,7 +127,11 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         again = http.post("/choose", json={"campaign": "summer-sale", "request_id": "r1"}).json()
         assert again == decision
         decided = datetime.now(UTC)
-        late = {"type": "conversion", "decision_id": decision["decision_id"], "occurred_at": iso(decided + timedelta(seconds=5))}
+        late = {
+            "type": "conversion",
+            "decision_id": decision["decision_id"],
+            "occurred_at": iso(decided + timedelta(seconds=5)),
+        }
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
         assert http.get("/campaigns/summer-sale/state").json()["arms"][decision["arm"]]["conversions"] == 0
         assert http.post("/campaigns/summer-sale/pause").json()["status"] == "paused"

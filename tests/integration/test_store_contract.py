@@ -89,6 +89,7 @@ async def test_request_id_returns_the_earlier_decision(store: StateStore) -> Non
     campaign = make_campaign()
     await store.create_campaign(campaign, {})
     first = await store.record_decision(campaign, pull(campaign, 2, T0, "d1"), "req-1", 60)
+    assert first.status is DecisionStatus.NEW
     again = await store.record_decision(campaign, pull(campaign, 0, T0 + 5, "d2"), "req-1", 60)
     assert again.status is DecisionStatus.REPEATED
     assert (again.decision_id, again.arm, again.propensity) == ("d1", 2, 0.5)
@@ -117,7 +118,9 @@ async def test_conversion_outcomes(store: StateStore) -> None:
     state = await store.snapshot(campaign)
     assert state.counters.conversions.tolist() == [0.0, 2.0, 0.0]
     assert int(state.histogram.converted.sum()) == 2
-    recorded = [r for entry in await store.read_audit("c1", 100) for r in entry.records if r.get("type") == "conversion"]
+    recorded = [
+        r for entry in await store.read_audit("c1", 100) for r in entry.records if r.get("type") == "conversion"
+    ]
     assert [r["outcome"] for r in recorded] == ["counted", "repeat", "counted", "censored", "stale"]
     # A retry of the whole batch changes nothing.
     again = await store.apply_conversions(campaign, events)
@@ -164,7 +167,10 @@ async def test_concurrent_decisions_are_all_counted(store: StateStore) -> None:
     rng = np.random.default_rng(3)
     arms = rng.integers(0, 3, size=200)
     await asyncio.gather(
-        *(store.record_decision(campaign, pull(campaign, int(a), T0 + i, f"d{i}"), None, 60) for i, a in enumerate(arms))
+        *(
+            store.record_decision(campaign, pull(campaign, int(a), T0 + i, f"d{i}"), None, 60)
+            for i, a in enumerate(arms)
+        )
     )
     state = await store.snapshot(campaign)
     assert state.counters.decisions == 200

@@ -73,7 +73,8 @@ async def test_exponential_families_are_exact_inside_the_window(delay: dict) -> 
     "delay",
     [{"family": "exponential", "mean": 3600.0}, {"family": "uniform", "low": 0, "high": 50_000},
      {"family": "pareto", "alpha": 0.7, "scale": 60}, {"family": "fixed", "value": 7200},
-     {"family": "geometric", "p": 0.0005}, {"family": "empirical", "quantiles": [[0, 0.1], [3600, 0.5], [86_400, 0.9]]}],
+     {"family": "geometric", "p": 0.0005},
+     {"family": "empirical", "quantiles": [[0, 0.1], [3600, 0.5], [86_400, 0.9]]}],
 )  # fmt: skip
 @pytest.mark.parametrize("buckets", [8, 64])
 async def test_every_family_within_the_bucket_bound_across_the_window_edge(delay: dict, buckets: int) -> None:

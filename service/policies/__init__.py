@@ -1,0 +1,27 @@
+"""Bandit policies: pure objects that turn per-arm statistics and an injected RNG into decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from service.policies.base import ArmStats, Choice, Policy
+from service.policies.baselines import KLUCB, UCB1, Fixed, Thompson, Uniform
+from service.policies.vernade import DelayedKLUCB, DelayedUCB
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB)
+}
+
+
+def make_policy(name: str, params: Mapping[str, Any], n_arms: int) -> Policy:
+    """The named policy with validated params; ValueError naming what is wrong."""
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
+    if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
+        raise ValueError(f"policy {name!r}: params must be an object with string keys")
+    return cls(n_arms, **params)
+
+
+__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "make_policy"]
