@@ -85,6 +85,8 @@ class Replayer:
     async def _campaign(self, line: dict[str, Any]) -> None:
         if "arms" in line:
             campaign = campaign_from_line(line)
+            if not self._advance(campaign.created_at):
+                return
             if await self.store.create_campaign(campaign, {}):
                 self.campaigns[campaign.id] = campaign
             return

@@ -148,3 +148,49 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         state = http.get("/campaigns/summer-sale/state").json()
         assert sum(row["conversions"] for row in state["arms"].values()) == 0
         assert state["decisions"] == 2
+
+
+def test_api_keys_scopes_and_metrics(tmp_path) -> None:
+    env = service_env(tmp_path, api_keys="decide:d-key,admin:a-key")
+    admin, decide = {"Authorization": "Bearer a-key"}, {"Authorization": "Bearer d-key"}
+    with running(env, tmp_path) as server, server.client() as http:
+        assert http.post("/campaigns", json=CAMPAIGN).status_code == 401
+        assert http.post("/campaigns", json=CAMPAIGN, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.post("/campaigns", json=CAMPAIGN, headers=decide).status_code == 403
+        assert http.post("/campaigns", json=CAMPAIGN, headers=admin).status_code == 201
+        assert http.post("/choose", json={"campaign": "summer-sale"}).status_code == 401
+        assert http.post("/choose", json={"campaign": "summer-sale"}, headers=decide).status_code == 200
+        assert http.post("/choose", json={"campaign": "summer-sale"}, headers=admin).status_code == 200
+        assert http.get("/campaigns/summer-sale/state", headers=decide).status_code == 403
+        assert http.get("/campaigns/summer-sale/state", headers=admin).status_code == 200
+        metrics = http.get("/metrics").text
+        for name in (
+            "latebandit_decisions_total",
+            "latebandit_decision_seconds_bucket",
+            "latebandit_arm_effective_pulls",
+            "latebandit_arm_index",
+            "latebandit_audit_backlog",
+        ):
+            assert name in metrics, name
+        assert 'latebandit_decisions_total{arm="' in metrics and 'outcome="new"' in metrics
+        assert http.get("/healthz").status_code == 200 and http.get("/readyz").json()["ready"] is True
+
+
+def test_serve_refuses_a_public_bind_without_keys(tmp_path) -> None:
+    refused = cli(service_env(tmp_path), tmp_path, "serve", "--host", "0.0.0.0", "--port", "1", check=False)
+    assert refused.returncode == 2 and "API keys" in refused.stderr
+
+
+def test_state_at_a_past_time_replays_the_audit_log(tmp_path) -> None:
+    with running(service_env(tmp_path), tmp_path) as server, server.client() as http:
+        http.post("/campaigns", json=CAMPAIGN)
+        for _ in range(5):
+            http.post("/choose", json={"campaign": "summer-sale"})
+        middle = http.get("/campaigns/summer-sale/state").json()
+        for _ in range(7):
+            http.post("/choose", json={"campaign": "summer-sale"})
+        past = http.get("/campaigns/summer-sale/state", params={"at": middle["as_of"]}).json()
+        assert_same_state(middle, past)
+        assert http.get("/campaigns/summer-sale/state").json()["decisions"] == 12
+        early = http.get("/campaigns/summer-sale/state", params={"at": "2000-01-01T00:00:00Z"})
+        assert early.status_code == 404
