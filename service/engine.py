@@ -7,7 +7,7 @@ live service and a replay of its log apply exactly the same rules.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +30,10 @@ from service.store.base import (
     StateStore,
     StoreUnavailable,
 )
-from service.timeutil import MICROS, format_time
+from service.timeutil import MICROS, Clock, format_time
 from service.tokens import DecisionToken, TokenSigner, new_nonce
 
 EPS_EFFECTIVE = 1e-9
-Clock = Callable[[], int]
 
 
 class UnknownCampaign(LookupError):
@@ -258,15 +257,16 @@ class DecisionEngine:
         result: FeedbackResult, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]
     ) -> None:
         label = metrics.campaign_label(campaign.id)
+        delays = metrics.CONVERSION_DELAY.labels(label)
+        tally = Counter(outcomes)
         for (_, prepared), outcome in zip(items, outcomes, strict=True):
-            metrics.FEEDBACK.labels(label, outcome.value).inc()
-            if outcome is Outcome.DUPLICATE:
-                result.duplicates += 1
-                continue
-            result.accepted += 1
-            result.censored += outcome is Outcome.CENSORED
-            delay = (prepared.record["occurred_at"] - prepared.record["decided_at"]) / MICROS
-            metrics.LATE_CONVERSIONS.labels(label).inc(max(0.0, delay))
+            if outcome is not Outcome.DUPLICATE:
+                delays.observe(max(0, prepared.record["occurred_at"] - prepared.record["decided_at"]) / MICROS)
+        for outcome, count in tally.items():
+            metrics.FEEDBACK.labels(label, outcome.value).inc(count)
+        result.duplicates += tally[Outcome.DUPLICATE]
+        result.accepted += len(outcomes) - tally[Outcome.DUPLICATE]
+        result.censored += tally[Outcome.CENSORED]
 
     # state ----------------------------------------------------------------------------------------
 

@@ -28,8 +28,11 @@ DECISIONS = Counter(
 FEEDBACK = Counter(
     "latebandit_feedback_events_total", "Feedback events by outcome", ["campaign", "outcome"]
 )  # outcome: counted, censored, repeat, stale, duplicate, rejected_<reason>
-LATE_CONVERSIONS = Counter(
-    "latebandit_conversion_delay_seconds_total", "Sum of delays of accepted conversions", ["campaign"]
+CONVERSION_DELAY = Histogram(
+    "latebandit_conversion_delay_seconds",
+    "Observed delays (occurred_at - decision time) of accepted conversions",
+    ["campaign"],
+    buckets=(60, 600, 3600, 6 * 3600, 86_400, 3 * 86_400, 7 * 86_400, 14 * 86_400, 30 * 86_400),
 )
 ARM_ESTIMATE = Gauge(
     "latebandit_arm_estimate", "Policy estimate per arm", ["campaign", "arm"], multiprocess_mode="mostrecent"

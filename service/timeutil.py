@@ -6,9 +6,11 @@ Integers keep bucket offsets and replays exact (no float drift between the live 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 MICROS = 1_000_000
+Clock = Callable[[], int]  # epoch microseconds
 
 
 def parse_time(text: str) -> int:

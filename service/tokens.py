@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import os
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ class TokenSigner:
         self._key = secret.encode() if isinstance(secret, str) else secret
 
     def _signature(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).digest()[:_SIGNATURE_BYTES]
+        return hmac.digest(self._key, payload, "sha256")[:_SIGNATURE_BYTES]
 
     def sign(self, token: DecisionToken) -> str:
         flags = _FALLBACK_FLAG if token.fallback else ""

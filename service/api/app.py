@@ -18,6 +18,8 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, s
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from service import metrics
 from service.api.auth import ApiKeys, Scope
@@ -65,15 +67,57 @@ def json_response(body: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
-def get_engine(request: Request) -> DecisionEngine:
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes with a 413, by Content-Length or while streaming. A plain ASGI
+    middleware: Starlette's BaseHTTPMiddleware would cost a task per request on the hot paths."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except BodyTooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        detail = f"bodies are limited to {self.limit} bytes"
+        await JSONResponse({"error": "body_too_large", "detail": detail}, 413)(scope, receive, send)
+
+
+# Dependencies are ``async def`` on purpose: FastAPI runs a plain ``def`` one in a thread pool, which
+# would cost a thread hop on every request.
+async def get_engine(request: Request) -> DecisionEngine:
     return request.app.state.runtime.engine
 
 
-def decide(request: Request) -> None:
+async def decide(request: Request) -> None:
     request.app.state.api_keys.check(request, Scope.DECIDE)
 
 
-def admin(request: Request) -> None:
+async def admin(request: Request) -> None:
     request.app.state.api_keys.check(request, Scope.ADMIN)
 
 
@@ -114,14 +158,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
         return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse(
-                {"error": "body_too_large", "detail": f"bodies are limited to {MAX_BODY_BYTES} bytes"}, 413
-            )
-        return await call_next(request)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
 
     # campaigns ------------------------------------------------------------------------------------
 

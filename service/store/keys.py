@@ -19,6 +19,11 @@ class Keys:
     def _tagged(self, campaign: str, name: str) -> str:
         return f"{self.prefix}:{{{campaign}}}:{name}"
 
+    def family(self, campaign: str) -> list[str]:
+        """Every fixed-name key of a campaign (request-id keys aside)."""
+        names = (self.config, self.counters, self.cells, self.audit, self.dedup, self.dedup_expiry)
+        return [name(campaign) for name in names]
+
     def config(self, campaign: str) -> str:
         return self._tagged(campaign, "config")
 
@@ -37,8 +42,14 @@ class Keys:
     def request(self, campaign: str, request_id: str) -> str:
         return self._tagged(campaign, f"req:{request_id}")
 
-    def event(self, campaign: str, event_id: str) -> str:
-        return self._tagged(campaign, f"ev:{event_id}")
+    def dedup(self, campaign: str) -> str:
+        """Hash of what feedback has been seen: ``ev:<event id>`` and ``cv:<decision id>`` (converted)."""
+        return self._tagged(campaign, "dedup")
 
-    def converted(self, campaign: str, decision_id: str) -> str:
-        return self._tagged(campaign, f"cv:{decision_id}")
+    def dedup_expiry(self, campaign: str) -> str:
+        """Sorted set of the dedup fields by expiry time (seconds), so old entries can be dropped in bulk."""
+        return self._tagged(campaign, "dedup:expiry")
+
+    def tagged(self, campaign: str, suffix: str) -> str:
+        """A campaign key from its suffix, for keys restored by a rebuild (``req:<request id>``)."""
+        return self._tagged(campaign, suffix)

@@ -13,6 +13,7 @@ interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -42,6 +43,7 @@ from service.store.base import (
     StoreUnavailable,
 )
 from service.store.keys import Keys
+from service.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = ("create_campaign", "set_status", "record_decision", "apply_conversions", "fold_matured")
 CONVERSIONS_PER_SCRIPT = 1_000
@@ -88,7 +90,10 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
 
 
 class RedisStore:
-    def __init__(self, url: str, prefix: str = "lb", client: aioredis.Redis | None = None) -> None:
+    def __init__(
+        self, url: str, prefix: str = "lb", client: aioredis.Redis | None = None, clock: Clock = wall_clock
+    ) -> None:
+        self._clock = clock  # for the expiry of deduplication entries
         # A blocking pool: a burst of requests waits for a free connection instead of failing.
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=MAX_CONNECTIONS, timeout=2.0, socket_timeout=2.0, socket_connect_timeout=2.0
@@ -99,6 +104,7 @@ class RedisStore:
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
         }
         self._cache: dict[str, _Cached] = {}
+        self._refreshing: dict[str, asyncio.Future[StateSnapshot]] = {}
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -161,9 +167,28 @@ class RedisStore:
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
+        """With ``max_age`` > 0, one read at a time per campaign: while a refresh is in flight, requests
+        keep the previous histogram instead of all reading (and parsing) the same hash at once."""
+        if max_age <= 0:
+            return await self._read(campaign)
         cached = self._cache.get(campaign.id)
         if cached is not None and time.monotonic() - cached.read_at <= max_age:
             return StateSnapshot(cached.counters, cached.histogram)
+        refresh = self._refreshing.get(campaign.id)
+        if refresh is None:
+            refresh = asyncio.ensure_future(self._read(campaign))
+            self._refreshing[campaign.id] = refresh
+            refresh.add_done_callback(lambda done: self._refreshed(campaign.id, done))
+        if cached is not None and not refresh.done():
+            return StateSnapshot(cached.counters, cached.histogram)
+        return await asyncio.shield(refresh)
+
+    def _refreshed(self, campaign_id: str, done: asyncio.Future[StateSnapshot]) -> None:
+        self._refreshing.pop(campaign_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a failed refresh is retried by the next request, not logged as lost
+
+    async def _read(self, campaign: Campaign) -> StateSnapshot:
         async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
@@ -208,16 +233,16 @@ class RedisStore:
         return outcomes
 
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        args: list[object] = []
-        for event in events:
-            converted = self.keys.converted(campaign.id, event.decision_id)
-            keys += [self.keys.event(campaign.id, event.event_id) if event.event_id else converted, converted]
-            args += [
-                int(event.event_id is not None), int(event.counts), int(event.censored),
-                event.arm, event.bucket, repr(event.value), event.dedup_ttl, orjson.dumps(event.record),
-            ]  # fmt: skip
-        raw = await self._run("apply_conversions", keys, args)
+        cid, now = campaign.id, self._clock()
+        keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
+        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        params = [
+            [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
+             repr(event.value), now // MICROS + event.dedup_ttl]
+            for event in events
+        ]  # fmt: skip
+        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        raw = await self._run("apply_conversions", keys, [now // MICROS, orjson.dumps(params), records])
         if raw in ([b"unknown"], [b"paused"]):
             raise CampaignRefused(raw[0].decode())
         return [Outcome(outcome.decode()) for outcome in raw]
@@ -256,16 +281,21 @@ class RedisStore:
     async def replace_state(
         self, campaign: Campaign, counters: Counters, histogram: Histogram, expiring: dict[str, tuple[str, int]]
     ) -> None:
-        """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps a key
-        suffix (``req:…``, ``ev:…``, ``cv:…``) to its value and remaining seconds."""
-        cid = campaign.id
+        """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
+        the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
+        remaining seconds."""
+        cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.counters(cid), self.keys.cells(cid))
+            pipe.delete(*self.keys.family(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
             _write_histogram(pipe, self.keys.cells(cid), histogram)
             for suffix, (value, seconds) in expiring.items():
-                pipe.set(f"{self.keys.prefix}:{{{cid}}}:{suffix}", value, ex=max(1, seconds))
+                if suffix.startswith("req:"):
+                    pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
+                else:
+                    pipe.hset(self.keys.dedup(cid), suffix, value)
+                    pipe.zadd(self.keys.dedup_expiry(cid), {suffix: now + seconds})
             pipe.sadd(self.keys.registry(), cid)
             await pipe.execute()
         self._cache.pop(cid, None)

@@ -1,23 +1,41 @@
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
--- KEYS: counters, cells, audit, then per event its event key and its decision's converted key
--- (the converted key twice when the event has no event_id).
--- ARGV per event (8 values): has event_id, counts, censored, arm, bucket, value, dedup ttl, audit record.
+-- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset).
+-- ARGV: now (µs), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
+-- value, expires µs]), audit records (one JSON document per event, joined by newlines).
 -- Returns one outcome per event, or {'paused'} / {'unknown'} for the whole batch.
-local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
+local counters, cells, audit, seen, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local paused = redis.call('HGET', counters, 'paused')
 if not paused then return {'unknown'} end
 if paused == '1' then return {'paused'} end
+
+-- Forget what has expired (a bounded amount per call, so the cost stays proportional to the batch).
+local events = cjson.decode(ARGV[2])
+local stale = redis.call('ZRANGEBYSCORE', expiry, '-inf', ARGV[1], 'LIMIT', 0, 2 * #events + 16)
+for i = 1, #stale, 1000 do
+  local chunk = {unpack(stale, i, math.min(i + 999, #stale))}
+  redis.call('HDEL', seen, unpack(chunk))
+  redis.call('ZREM', expiry, unpack(chunk))
+end
+
+local function first_time(field, expires)
+  if redis.call('HSETNX', seen, field, 1) == 0 then return false end
+  redis.call('ZADD', expiry, expires, field)
+  return true
+end
+
 local outcomes = {}
 local entry = {audit, '*'}
-for i = 1, (#KEYS - 3) / 2 do
-  local a = (i - 1) * 8
-  local has_event, counts, censored = ARGV[a + 1] == '1', ARGV[a + 2] == '1', ARGV[a + 3] == '1'
-  local arm, bucket, value, ttl = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+local position = 1
+for i, event in ipairs(events) do
+  local event_id, decision, counts, censored, arm, bucket, value, expires = unpack(event)
+  local record_end = string.find(ARGV[3], '\n', position, true) or (#ARGV[3] + 1)
+  local record = string.sub(ARGV[3], position, record_end - 1)
+  position = record_end + 1
   local outcome
-  if has_event and not redis.call('SET', KEYS[2 + 2 * i], 1, 'NX', 'EX', ttl) then
+  if event_id ~= '' and not first_time('ev:' .. event_id, expires) then
     outcome = 'duplicate'
-  elseif not redis.call('SET', KEYS[3 + 2 * i], 1, 'NX', 'EX', ttl) then
-    if not has_event then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
+  elseif not first_time('cv:' .. decision, expires) then
+    if event_id == '' then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
   elseif censored then
     outcome = 'censored'
   elseif not counts then
@@ -31,7 +49,7 @@ for i = 1, (#KEYS - 3) / 2 do
   outcomes[i] = outcome
   if outcome ~= 'duplicate' then
     entry[#entry + 1] = i .. ':' .. outcome  -- field names must be unique: redis-py reads entries as dicts
-    entry[#entry + 1] = ARGV[a + 8]
+    entry[#entry + 1] = record
   end
 end
 if #entry > 2 then redis.call('XADD', unpack(entry)) end
