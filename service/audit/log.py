@@ -48,7 +48,15 @@ def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
 
         return engine
     if sqlalchemy_url.startswith("postgresql"):
-        return create_engine(sqlalchemy_url, pool_pre_ping=True, connect_args={"connect_timeout": 5}, **options)
+        # Plain executemany of a one-row INSERT (psycopg pipelines it): SQLAlchemy's default multi-row VALUES
+        # pages are too long for psycopg's statement cache and are re-parsed client-side every time.
+        return create_engine(
+            sqlalchemy_url,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": 5},
+            use_insertmanyvalues=False,
+            **options,
+        )
     raise ValueError(f"the audit log needs PostgreSQL or SQLite, not {sqlalchemy_url.split(':', 1)[0]!r}")
 
 
@@ -102,10 +110,9 @@ class AuditLog:
         with self.engine.begin() as connection:
             for model, values in rows.items():
                 table = model.__table__
-                statement = (
-                    self._insert(table).on_conflict_do_nothing(index_elements=QUEUE_KEY).returning(table.c.position)
-                )
-                inserted += len(connection.execute(statement, values).all())
+                statement = self._insert(table).on_conflict_do_nothing(index_elements=QUEUE_KEY)
+                statement = statement.execution_options(preserve_rowcount=True)
+                inserted += connection.execute(statement, values).rowcount
         return inserted
 
     def campaigns(self) -> list[str]:
