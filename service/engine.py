@@ -77,9 +77,9 @@ class FeedbackResult:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "censored": self.censored,
                 "rejected": sorted(self.rejected, key=lambda item: item["index"])}  # fmt: skip
 
-    def reject(self, index: int, rejection: Rejection, campaign: str | None = None) -> None:
+    def reject(self, index: int, rejection: Rejection) -> None:
         self.rejected.append({"index": index, "reason": rejection.reason.value, "detail": rejection.detail})
-        metrics.FEEDBACK.labels(metrics.campaign_label(campaign or metrics.OTHER), f"rejected_{rejection.reason}").inc()
+        metrics.FEEDBACK_REJECTED.labels(rejection.reason.value).inc()
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,7 @@ class DecisionEngine:
             return arm_stats(state, cached[1])
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
+        metrics.publish_arms(campaign.id, arm_rows(campaign, state, seen))
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -215,7 +216,7 @@ class DecisionEngine:
             try:
                 campaign, prepared = await self._validate(raw, now)
             except Rejection as rejection:
-                result.reject(index, rejection, raw.get("campaign") if isinstance(raw, dict) else None)
+                result.reject(index, rejection)
                 continue
             by_campaign[campaign.id].append((index, prepared))
         for campaign_id, items in by_campaign.items():
@@ -227,7 +228,7 @@ class DecisionEngine:
                     raise lost_campaign(campaign_id) from refused
                 reason = Reason.CAMPAIGN_PAUSED
                 for index, _ in items:
-                    result.reject(index, Rejection(reason, f"campaign {campaign_id!r} is {refused}"), campaign_id)
+                    result.reject(index, Rejection(reason, f"campaign {campaign_id!r} is {refused}"))
                 continue
             self._tally(result, campaign, items, outcomes)
         await self._durable()
@@ -273,8 +274,9 @@ class DecisionEngine:
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
         campaign = await self.campaign(campaign_id, fresh=True)
         as_of = self.clock() if at is None else at
-        state = await self.store.snapshot(campaign, 0.0)
-        return describe_state(campaign, state, as_of, publish=True)
+        body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
+        metrics.publish_arms(campaign.id, body["arms"])
+        return body
 
     async def _durable(self) -> None:
         if self._after_write is not None:
@@ -296,9 +298,24 @@ def _number(value: float) -> float | None:
     return None if not math.isfinite(value) else float(value)
 
 
-def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int, publish: bool = False) -> dict[str, Any]:
+def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
     """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays."""
-    seen = exposure(campaign, state, as_of)
+    return {
+        "campaign": campaign.id,
+        "policy": campaign.policy.name,
+        "decisions": int(state.counters.decisions),
+        "as_of": format_time(as_of),
+        "arms": arm_rows(campaign, state, exposure(campaign, state, as_of)),
+        "policy_state": {
+            "status": campaign.status.value,
+            "window": campaign.window,
+            "bucket_width": campaign.bucket_width_us / MICROS,
+        },
+    }
+
+
+def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending."""
     counters = state.counters
     stats = arm_stats(state, seen)
     policy = campaign.policy_impl
@@ -316,24 +333,7 @@ def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int, publish
             "index": _number(index[k]) if defined else None,
             "pending": int(seen.pending[k]),
         }
-        if publish:
-            labels = metrics.arm_label(campaign.id, arm)
-            metrics.ARM_EFFECTIVE.labels(*labels).set(float(effective[k]))
-            metrics.ARM_PENDING.labels(*labels).set(int(seen.pending[k]))
-            metrics.ARM_ESTIMATE.labels(*labels).set(arms[arm]["estimate"] or 0.0)
-            metrics.ARM_INDEX.labels(*labels).set(arms[arm]["index"] or 0.0)
-    return {
-        "campaign": campaign.id,
-        "policy": campaign.policy.name,
-        "decisions": int(counters.decisions),
-        "as_of": format_time(as_of),
-        "arms": arms,
-        "policy_state": {
-            "status": campaign.status.value,
-            "window": campaign.window,
-            "bucket_width": campaign.bucket_width_us / MICROS,
-        },
-    }
+    return arms
 
 
 def _integral(value: float) -> int | float:

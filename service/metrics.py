@@ -26,8 +26,13 @@ DECISIONS = Counter(
     "latebandit_decisions_total", "Decisions served", ["campaign", "arm", "outcome"]
 )  # outcome: new, repeated, fallback_paused, fallback_store_down
 FEEDBACK = Counter(
-    "latebandit_feedback_events_total", "Feedback events by outcome", ["campaign", "outcome"]
-)  # outcome: counted, censored, repeat, stale, duplicate, rejected_<reason>
+    "latebandit_feedback_events_total", "Accepted feedback events by outcome", ["campaign", "outcome"]
+)  # outcome: counted, censored, repeat, stale, duplicate
+FEEDBACK_REJECTED = Counter(
+    "latebandit_feedback_rejected_total",
+    "Rejected feedback events by reason (no campaign label: the ids of rejected events are untrusted input)",
+    ["reason"],
+)
 CONVERSION_DELAY = Histogram(
     "latebandit_conversion_delay_seconds",
     "Observed delays (occurred_at - decision time) of accepted conversions",
@@ -91,3 +96,13 @@ def exposition() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) -> None:
+    """Per-arm gauges from the state rows (refreshed with each histogram read, and by GET /state)."""
+    for arm, row in rows.items():
+        labels = arm_label(campaign, arm)
+        ARM_EFFECTIVE.labels(*labels).set(row["effective_pulls"] or 0.0)
+        ARM_PENDING.labels(*labels).set(row["pending"] or 0)
+        ARM_ESTIMATE.labels(*labels).set(row["estimate"] or 0.0)
+        ARM_INDEX.labels(*labels).set(row["index"] or 0.0)
