@@ -6,12 +6,11 @@ divides the window, which bounds the error of the effective count Ñ (see exposu
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.delays import DelayModel, delay_from_spec
 from service.ids import Identifier
@@ -21,6 +20,9 @@ from service.timeutil import MICROS, format_time
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
 DEFAULT_BUCKETS = 64
 MAX_ARMS = 256
+MIN_WINDOW_SECONDS = 1.0
+MAX_WINDOW_SECONDS = 10 * 365 * 86_400.0
+MAX_EXACT_DECAY = 30.0
 
 
 class CampaignStatus(StrEnum):
@@ -54,16 +56,15 @@ class CampaignSpec(BaseModel):
     arms: list[Identifier] = Field(min_length=1, max_length=MAX_ARMS)
     policy: PolicySpec
     delay: dict[str, Any] = Field(default_factory=lambda: {"family": "unknown"})
-    window: float = Field(default=DEFAULT_WINDOW_SECONDS, gt=0, description="censoring window m, seconds")
+    window: float = Field(
+        default=DEFAULT_WINDOW_SECONDS,
+        ge=MIN_WINDOW_SECONDS,
+        le=MAX_WINDOW_SECONDS,
+        strict=True,
+        description="censoring window m in seconds (default 30 days)",
+    )
     default_arm: Identifier | None = None
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
-
-    @field_validator("window")
-    @classmethod
-    def _finite_window(cls, window: float) -> float:
-        if not math.isfinite(window):
-            raise ValueError("window must be a finite number of seconds")
-        return window
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:
@@ -77,8 +78,11 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
         build_policy(self.policy, self.arms)
         model = delay_from_spec(self.delay)
-        if POLICIES[self.policy.name].delay_corrected and model.family == "unknown":
-            raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
+        if POLICIES[self.policy.name].delay_corrected:
+            if model.family == "unknown":
+                raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
+            if float(model.cdf(self.window)) <= 0.0:
+                raise ValueError("the delay model puts no conversion inside the window: none could ever count")
         return self
 
 
@@ -104,6 +108,14 @@ class Campaign(CampaignSpec):
     @cached_property
     def bucket_width_us(self) -> int:
         return -(-self.window_us // self.buckets)
+
+    @cached_property
+    def exact_components(self) -> tuple[tuple[float, float], ...]:
+        """The exponential components of F whose moments the histogram keeps (exposure.py): those not
+        much faster than a bucket, so that exp(±λ·w) stays within float range."""
+        width = self.bucket_width_us / MICROS
+        components = self.delay_model.exponential_components() or ()
+        return tuple((share, rate) for share, rate in components if rate * width <= MAX_EXACT_DECAY)
 
     @cached_property
     def arm_index(self) -> dict[str, int]:

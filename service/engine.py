@@ -22,6 +22,7 @@ from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_c
 from service.policies.base import ArmStats
 from service.store.base import (
     CampaignRefused,
+    DecisionResult,
     DecisionStatus,
     Histogram,
     PreparedConversion,
@@ -99,6 +100,7 @@ class DecisionEngine:
         rng: np.random.Generator,
         options: EngineOptions,
         after_write: Callable[[], Awaitable[None]] | None = None,
+        in_history: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = store
         self.signer = signer
@@ -106,18 +108,23 @@ class DecisionEngine:
         self.rng = rng
         self.options = options
         self._after_write = after_write  # the embedded mode makes each write durable before answering
+        self._in_history = in_history  # whether the audit log knows a campaign id (the store may have lost it)
         self._campaigns: dict[str, Campaign] = {}
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
 
     # campaigns ------------------------------------------------------------------------------------
 
     async def create_campaign(self, spec: CampaignSpec) -> Campaign:
+        if self._in_history is not None and await self._in_history(spec.id):
+            raise CampaignExists(
+                spec.id, "its audit history exists; if the state store lost it, run `latebandit rebuild`"
+            )
         now = self.clock()
         campaign = Campaign(**spec.model_dump(), created_at=now)
         record: Record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "create",
                           "config": campaign.model_dump(mode="json")}  # fmt: skip
         if not await self.store.create_campaign(campaign, record):
-            raise CampaignExists(campaign.id)
+            raise CampaignExists(campaign.id, "it already exists")
         await self._durable()
         self._campaigns[campaign.id] = campaign
         return campaign
@@ -149,46 +156,59 @@ class DecisionEngine:
         campaign = await self.campaign(campaign_id)
         now = self.clock()
         try:
-            decision = await self._decide(campaign, now, request_id)
+            return await self._decide(campaign, now, request_id)
         except StoreUnavailable:
             metrics.STORE_ERRORS.labels("choose").inc()
-            return self._fallback(campaign, now, "fallback_store_down")
-        if decision is None:
-            return self._fallback(campaign, now, "fallback_paused")
-        return decision
+            # Nothing can be recorded: the decision id alone marks the pull as uncounted.
+            pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
+            return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
+                                "fallback_store_down")  # fmt: skip
 
-    async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision | None:
+    async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
         stats = await self._stats(campaign, state, now)
         choice = campaign.policy_impl.choose(stats, self.rng)
-        arm, propensity = int(choice.arm[0]), float(choice.propensity[0])
-        token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce())
+        pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
+        ttl = math.ceil(self.options.request_ttl)
+        result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if result.status is DecisionStatus.UNKNOWN:
+            raise lost_campaign(campaign.id)
+        outcome = result.status.value
+        if result.status is DecisionStatus.PAUSED:
+            fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
+            result, outcome = await self.store.record_fallback(campaign, fallback, request_id, ttl), "fallback_paused"
+        await self._durable()
+        return self._answer(campaign, result, outcome)
+
+    def _pull(
+        self, campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None, fallback: bool = False
+    ) -> Pull:
+        """A decision to record: its signed id, where it falls in the histogram, and its audit record. A
+        fallback's id marks its pull as uncounted, so a later conversion of it never enters S
+        (vernade2017.md §3.6, pitfall 12)."""
+        token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce(), fallback)
         decision_id = self.signer.sign(token)
         bucket, offset, moments = bucket_moments(campaign, now)
         record: Record = {
             "type": "decision", "campaign": campaign.id, "decision_id": decision_id, "arm": campaign.arms[arm],
             "at": now, "propensity": propensity, "policy": campaign.policy.name, "version": campaign.version,
-            "fallback": False, "request_id": request_id,
+            "fallback": fallback, "request_id": request_id,
         }  # fmt: skip
-        pull = Pull(arm, now, bucket, offset, moments, decision_id, propensity, record)
-        ttl = math.ceil(self.options.request_ttl)
-        result = await self.store.record_decision(campaign, pull, request_id, ttl)
-        if result.status is DecisionStatus.PAUSED:
-            return None
-        if result.status is DecisionStatus.UNKNOWN:
-            raise lost_campaign(campaign.id)
-        await self._durable()
-        arm_id = campaign.arms[result.arm]
-        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, arm_id), result.status.value).inc()
-        return Decision(result.decision_id, campaign.id, arm_id, campaign.policy.name, result.propensity, False)
+        if fallback:
+            record["seq"] = None
+        return Pull(arm, now, bucket, offset, moments, decision_id, propensity, record)
 
-    def _fallback(self, campaign: Campaign, now: int, why: str) -> Decision:
-        """The default arm, flagged: its decision id marks the pull as uncounted, so a later conversion of
-        it never enters S (vernade2017.md §3.6, pitfall 12)."""
-        arm = campaign.arm_index[campaign.default_arm or campaign.arms[0]]
-        token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce(), fallback=True)
-        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, campaign.arms[arm]), why).inc()
-        return Decision(self.signer.sign(token), campaign.id, campaign.arms[arm], campaign.policy.name, 1.0, True)
+    @staticmethod
+    def _default_arm(campaign: Campaign) -> int:
+        return campaign.arm_index[campaign.default_arm or campaign.arms[0]]
+
+    def _answer(self, campaign: Campaign, result: DecisionResult, outcome: str) -> Decision:
+        arm = campaign.arms[result.arm]
+        fallback = outcome.startswith("fallback") or (
+            result.status is DecisionStatus.REPEATED and self.signer.verify(result.decision_id).fallback
+        )
+        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, arm), outcome).inc()
+        return Decision(result.decision_id, campaign.id, arm, campaign.policy.name, result.propensity, fallback)
 
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
         """Ñ is evaluated once per histogram read and reused while the store serves that read (Redis:

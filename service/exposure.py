@@ -4,7 +4,9 @@ Matured pulls (every pull of a bucket older than the window m) weigh F(m) each. 
 window is evaluated
 
 - exactly, when F is a mixture of exponentials (exponential included): the bucket keeps
-  e_j = Σ_i exp(−λ_j·(end − s_i)), so Σ_i F(a_i) = c − Σ_j w_j·e_j·exp(−λ_j·(now − end));
+  e_j = Σ_i exp(−λ_j·(end − s_i)), so Σ_i F(a_i) = c − Σ_j w_j·e_j·exp(−λ_j·(now − end)). A component
+  much faster than a bucket (λ_j·w > 30) is left to the mean rule: its moments would underflow to 0 while
+  exp(λ_j·w) overflows, and such a component has matured a few mean delays after each pull anyway;
 - otherwise by the mean rule, c·F(min(now − s̄, m)) at the bucket's exact mean pull time s̄. For F twice
   differentiable on the bucket's ages the error is at most c·sup|F''|·w²/8 (second order: the first-order
   terms cancel at the mean), see vernade2017.md §3.4(e).
@@ -37,8 +39,7 @@ def bucket_moments(campaign: Campaign, decided_at: int) -> tuple[int, int, tuple
     width = campaign.bucket_width_us
     bucket, offset = divmod(decided_at, width)
     to_end = (width - offset) / MICROS
-    components = campaign.delay_model.exponential_components() or ()
-    return bucket, offset, tuple(float(np.exp(-rate * to_end)) for _, rate in components)
+    return bucket, offset, tuple(float(np.exp(-rate * to_end)) for _, rate in campaign.exact_components)
 
 
 def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
@@ -53,11 +54,13 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     mean_time = hist.bucket * width + hist.offset / np.maximum(hist.count, 1)
     mean_age = np.clip((now - mean_time) / MICROS, 0.0, window)
     weight = count * delay.cdf(mean_age) if delay.family != "unknown" else count
-    components = delay.exponential_components()
-    if components and len(hist.count):
-        decay = np.exp(-np.outer(end_age, [rate for _, rate in components]))
-        exact = count - (hist.moments * decay) @ np.array([w for w, _ in components])
-        weight = np.where(inside, np.maximum(exact, 0.0), weight)
+    exact = campaign.exact_components
+    if exact and len(hist.count):
+        weights, rates = np.array(exact).T
+        inside_weight = count * weights.sum() - (hist.moments * np.exp(-np.outer(end_age, rates))) @ weights
+        for share, rate in set(delay.exponential_components() or ()) - set(exact):  # mean rule, per component
+            inside_weight += share * count * -np.expm1(-rate * mean_age)
+        weight = np.where(inside, np.maximum(inside_weight, 0.0), weight)
     at_window = float(delay.cdf(window)) if delay.family != "unknown" else 1.0
     weight = np.where(matured, count * at_window, weight)
     effective = at_window * state.counters.matured + np.bincount(hist.arm, weight, minlength=arms)

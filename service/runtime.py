@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 
 from service import metrics
 from service.audit.log import AuditLog
@@ -22,7 +23,7 @@ from service.audit.writer import AuditWriter
 from service.config import Settings
 from service.engine import DecisionEngine, EngineOptions
 from service.replay.rebuild import restore_memory
-from service.store.base import StateStore
+from service.store.base import StateStore, StoreUnavailable
 from service.store.memory import MemoryStore
 from service.store.redis import RedisStore
 from service.timeutil import wall_clock
@@ -81,9 +82,15 @@ class Runtime:
         )
         # In the embedded mode the queue lives in process memory: flush it before answering.
         durable = writer.flush if settings.embedded else None
-        engine = DecisionEngine(
-            store, TokenSigner(load_secret(settings)), wall_clock, np.random.default_rng(), options, durable
-        )
+
+        async def in_history(campaign_id: str) -> bool:
+            try:
+                return await asyncio.to_thread(audit.has_campaign, campaign_id)
+            except SQLAlchemyError as error:  # creating a campaign must not forget an existing one's history
+                raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
+
+        signer = TokenSigner(load_secret(settings))
+        engine = DecisionEngine(store, signer, wall_clock, np.random.default_rng(), options, durable, in_history)
         return cls(settings, store, audit, writer, engine)
 
     async def start(self) -> None:

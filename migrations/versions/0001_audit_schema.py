@@ -51,7 +51,7 @@ def upgrade() -> None:
     op.create_table(
         "audit_decisions",
         *queue_key(),
-        sa.Column("seq", sa.BigInteger(), nullable=False),
+        sa.Column("seq", sa.BigInteger(), nullable=True),
         sa.Column("decision_id", sa.String(), nullable=False),
         sa.Column("arm", sa.String(), nullable=False),
         sa.Column("at_us", sa.BigInteger(), nullable=False),
@@ -61,7 +61,6 @@ def upgrade() -> None:
         sa.Column("fallback", sa.Boolean(), nullable=False),
         sa.Column("request_id", sa.String(), nullable=True),
         primary_key("audit_decisions"),
-        sa.UniqueConstraint("campaign", "seq", name=op.f("uq_audit_decisions_campaign_seq")),
     )
     op.create_index(op.f("ix_audit_decisions_campaign_at_us"), "audit_decisions", ["campaign", "at_us"])
 

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Annotated, Any
 
 import orjson
@@ -18,6 +19,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, s
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -149,6 +151,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         return JSONResponse({"error": "invalid_request", "detail": problems}, status.HTTP_422_UNPROCESSABLE_CONTENT)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Every error body is {"error": code, "detail": text}, including Starlette's own 404 and 405."""
+        if isinstance(exc.detail, dict):
+            body = exc.detail
+        else:
+            body = {"error": HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"), "detail": str(exc.detail)}
+        return JSONResponse(body, exc.status_code, headers=exc.headers)
+
     @app.exception_handler(UnknownCampaign)
     async def unknown_campaign(request: Request, exc: UnknownCampaign) -> JSONResponse:
         return JSONResponse({"error": "unknown_campaign", "detail": f"no campaign {exc.args[0]!r}"}, 404)
@@ -167,7 +178,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             campaign = await engine.create_campaign(spec)
         except CampaignExists as exists:
-            raise error(409, "campaign_exists", f"campaign {exists.args[0]!r} already exists") from exists
+            campaign_id, why = exists.args
+            raise error(409, "campaign_exists", f"campaign {campaign_id!r} cannot be created: {why}") from exists
         return json_response(campaign.public(), 201)
 
     @app.get("/campaigns", dependencies=[Depends(admin)])

@@ -120,6 +120,11 @@ class AuditLog:
         with self.engine.connect() as connection:
             return sorted(connection.scalars(select(CampaignEvent.campaign).distinct()))
 
+    def has_campaign(self, campaign: str) -> bool:
+        with self.engine.connect() as connection:
+            query = select(CampaignEvent.campaign).where(CampaignEvent.campaign == campaign).limit(1)
+            return connection.scalar(query) is not None
+
     def records(self, campaign: str | None, since_us: int | None, until_us: int | None) -> Iterator[Record]:
         """The records as the store queued them, in queue order within each campaign, campaigns one after
         another. ``since_us`` (inclusive) and ``until_us`` (exclusive) bound the time the service recorded

@@ -28,7 +28,6 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
-    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -130,13 +129,12 @@ class CampaignEvent(QueueKeyed, Base):
 
 class Decision(QueueKeyed, Base):
     __tablename__ = "audit_decisions"
-    __table_args__ = (
-        UniqueConstraint("campaign", "seq"),
-        Index(None, "campaign", "at_us"),
-    )
+    __table_args__ = (Index(None, "campaign", "at_us"),)
     logged_at = "at_us"
 
-    seq: Mapped[int] = mapped_column(BigInteger)  # the campaign's decision count after this one
+    # The campaign's decision count after this one; null for a fallback, which is not counted. Not unique:
+    # a store that lost its data counts again from 1, and the audit log must keep accepting rows then.
+    seq: Mapped[int | None] = mapped_column(BigInteger)
     decision_id: Mapped[str] = mapped_column(String)
     arm: Mapped[str] = mapped_column(String)
     at_us: Mapped[int] = mapped_column(BigInteger)

@@ -135,6 +135,11 @@ class StateStore(AuditQueue, Protocol):
         the pull and queue its audit record."""
         ...
 
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        """Audit a fallback decision (its pull is not counted) and remember its request_id; a retried
+        request_id gets its earlier decision."""
+        ...
+
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch."""
         ...

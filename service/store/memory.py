@@ -90,7 +90,7 @@ class MemoryStore:
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
         memory = self._campaigns[campaign.id]
         cells = list(memory.cells.items())
-        components = len(campaign.delay_model.exponential_components() or ())
+        components = len(campaign.exact_components)
         if not cells:
             return StateSnapshot(_copy(memory.counters), Histogram.empty(components))
         keys = np.array([key for key, _ in cells], dtype=np.int64)
@@ -108,12 +108,9 @@ class MemoryStore:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return DecisionResult(DecisionStatus.UNKNOWN)
-        request_key = f"req:{request_id}" if request_id is not None else None
-        if request_key is not None:
-            earlier = self._get(memory, request_key)
-            if earlier is not None:
-                decision_id, arm, propensity = earlier  # type: ignore[misc]
-                return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return earlier
         if memory.campaign.status is CampaignStatus.PAUSED:
             return DecisionResult(DecisionStatus.PAUSED)
         counters = memory.counters
@@ -123,10 +120,18 @@ class MemoryStore:
         cell.count += 1
         cell.offset += pull.offset
         cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
-        if request_key is not None:
-            self._set(memory, request_key, (pull.decision_id, pull.arm, pull.propensity), ttl)
+        self._remember(memory, request_id, pull, ttl)
         self._queue(memory, [{**pull.record, "seq": counters.decisions}])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
+
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        memory = self._campaigns[campaign.id]
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return earlier
+        self._remember(memory, request_id, pull, ttl)
+        self._queue(memory, [pull.record])
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         memory = self._campaigns.get(campaign.id)
@@ -216,6 +221,18 @@ class MemoryStore:
         now = self._clock() // 1000
         self._last_entry = (now, 0) if now > millis else (millis, sequence + 1)
         return "{}-{}".format(*self._last_entry)
+
+    def _earlier(self, memory: CampaignMemory, request_id: str | None) -> DecisionResult | None:
+        """The decision a retried request_id already got, if it is still remembered."""
+        earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
+        if earlier is None:
+            return None
+        decision_id, arm, propensity = earlier  # type: ignore[misc]
+        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
+
+    def _remember(self, memory: CampaignMemory, request_id: str | None, pull: Pull, ttl: int) -> None:
+        if request_id is not None:
+            self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
 
     def _get(self, memory: CampaignMemory, key: str) -> object | None:
         entry = memory.expiring.get(key)

@@ -45,7 +45,7 @@ from service.store.base import (
 from service.store.keys import Keys
 from service.timeutil import MICROS, Clock, wall_clock
 
-SCRIPTS = ("create_campaign", "set_status", "record_decision", "apply_conversions", "fold_matured")
+SCRIPTS = ("create_campaign", "set_status", "record_decision", "record_fallback", "apply_conversions", "fold_matured")
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
 
@@ -193,7 +193,7 @@ class RedisStore:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
             counters_raw, cells_raw = await pipe.execute()
-        components = len(campaign.delay_model.exponential_components() or ())
+        components = len(campaign.exact_components)
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
         self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic())
@@ -222,9 +222,18 @@ class RedisStore:
         if cached is not None:
             cached.counters = counters
         if status == 1:
-            decision_id, arm, propensity = earlier.decode().split("|")
-            return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters)
+            return _earlier(earlier, counters)
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters)
+
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        keys = [self.keys.audit(campaign.id)]
+        if request_id is not None:
+            keys.append(self.keys.request(campaign.id, request_id))
+        args = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record)]
+        repeated, earlier = await self._run("record_fallback", keys, args)
+        if repeated:
+            return _earlier(earlier)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         outcomes: list[Outcome] = []
@@ -248,7 +257,7 @@ class RedisStore:
         return [Outcome(outcome.decode()) for outcome in raw]
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
-        components = len(campaign.delay_model.exponential_components() or ())
+        components = len(campaign.exact_components)
         pairs = [value for pair in zip(arms.tolist(), buckets.tolist(), strict=True) for value in pair]
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id)]
         await self._run("fold_matured", keys, [components, *pairs])
@@ -299,6 +308,12 @@ class RedisStore:
             pipe.sadd(self.keys.registry(), cid)
             await pipe.execute()
         self._cache.pop(cid, None)
+
+
+def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
+    """The decision a request_id already got, stored as ``decision id|arm|propensity``."""
+    decision_id, arm, propensity = stored.decode().split("|")
+    return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters)
 
 
 def _records(fields: dict[bytes, bytes]) -> list[Record]:

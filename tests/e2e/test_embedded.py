@@ -135,8 +135,9 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
         assert http.get("/campaigns/summer-sale/state").json()["arms"][decision["arm"]]["conversions"] == 0
         assert http.post("/campaigns/summer-sale/pause").json()["status"] == "paused"
-        paused = http.post("/choose", json={"campaign": "summer-sale"}).json()
+        paused = http.post("/choose", json={"campaign": "summer-sale", "request_id": "p1"}).json()
         assert paused["fallback"] is True and paused["arm"] == "a"
+        assert http.post("/choose", json={"campaign": "summer-sale", "request_id": "p1"}).json() == paused
         other = http.post("/choose", json={"campaign": "summer-sale", "request_id": "r2"}).json()
         event = {"type": "conversion", "decision_id": other["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [event]}).json()["rejected"][0]["reason"] == "campaign_paused"
@@ -148,6 +149,13 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         state = http.get("/campaigns/summer-sale/state").json()
         assert sum(row["conversions"] for row in state["arms"].values()) == 0
         assert state["decisions"] == 2
+    # Fallback decisions are in the audit log too, so the export replays without orphans.
+    lines = [orjson.loads(line) for line in cli(service_env(tmp_path), tmp_path, "export").stdout.splitlines()]
+    fallbacks = [line for line in lines if line["type"] == "decision" and line.get("fallback")]
+    assert {line["decision_id"] for line in fallbacks} == {paused["decision_id"], other["decision_id"]}
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(orjson.dumps(line).decode() for line in lines))
+    assert "skipped" not in cli(service_env(tmp_path), tmp_path, "replay", str(log)).stderr
 
 
 def test_api_keys_scopes_and_metrics(tmp_path) -> None:

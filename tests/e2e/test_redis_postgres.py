@@ -97,24 +97,33 @@ def test_workers_clients_export_replay_rebuild(tmp_path, redis_url, redis_prefix
         assert all(http.post("/choose", json={"campaign": "summer-sale"}).json()["fallback"] for _ in range(4))
         event = {"type": "conversion", "decision_id": lines[-1]["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [event]}).status_code == 503
+        # The id lives on in the audit log: it cannot be taken by a new campaign.
+        again = http.post("/campaigns", json={**CAMPAIGN, "arms": ["x", "y"], "default_arm": "x"})
+        assert again.status_code == 409 and "rebuild" in again.json()["detail"]
         cli(env, tmp_path, "rebuild")
         after = http.get("/campaigns/summer-sale/state", params={"at": later}).json()
         assert_same_state(before, after)
         assert http.post("/choose", json={"campaign": "summer-sale"}).json()["fallback"] is False
 
 
-def test_decisions_and_feedback_flow_while_postgres_is_down(tmp_path, redis_url, redis_prefix) -> None:
-    """The audit database is unreachable from the start: nothing stops, the audit queue holds everything."""
-    unreachable = "postgresql://postgres@127.0.0.1:1/nowhere"
-    env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix, database_url=unreachable)
+def test_decisions_and_feedback_flow_while_postgres_is_down(tmp_path, redis_url, redis_prefix, postgres_url) -> None:
+    """The audit database is unreachable: nothing stops, the audit queue holds everything; only creating a
+    campaign waits (503), because its id must be checked against the audit history."""
+    env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix, database_url=postgres_url)
+    cli(env, tmp_path, "migrate")
+    with running(env, tmp_path) as server, server.client() as http:
+        assert http.post("/campaigns", json=CAMPAIGN).status_code == 201
+    wait_for_audit(redis_url, redis_prefix)
+    env["LATEBANDIT_DATABASE_URL"] = "postgresql://postgres@127.0.0.1:1/nowhere"
     with running(env, tmp_path) as server, server.client() as http:
         ready = http.get("/readyz")
         assert ready.status_code == 503 and ready.json()["checks"]["store"] == "ok"
-        assert http.post("/campaigns", json=CAMPAIGN).status_code == 201
+        refused = http.post("/campaigns", json={**CAMPAIGN, "id": "other"})
+        assert refused.status_code == 503 and "audit log is unreachable" in refused.json()["detail"]
         decisions = [http.post("/choose", json={"campaign": "summer-sale"}).json() for _ in range(10)]
         assert not any(d["fallback"] for d in decisions)
         now = iso(datetime.now(UTC))
         events = [{"type": "conversion", "decision_id": d["decision_id"], "occurred_at": now} for d in decisions[:4]]
         assert http.post("/feedback", json={"events": events}).json()["accepted"] == 4
         backlog = redis.Redis.from_url(redis_url).xlen(f"{redis_prefix}:{{summer-sale}}:audit")
-        assert backlog == 1 + 10 + 1  # the campaign, ten decisions, one feedback batch: all waiting
+        assert backlog == 10 + 1  # ten decisions and one feedback batch, all waiting

@@ -145,6 +145,20 @@ async def test_paused_and_unknown_campaigns(store: StateStore) -> None:
     assert await store.set_status("ghost", CampaignStatus.PAUSED, {}) is None
 
 
+async def test_fallback_decisions_are_audited_and_keep_their_request_id(store: StateStore) -> None:
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    await store.ack_audit("c1", [entry.entry_id for entry in await store.read_audit("c1", 10)])
+    first = await store.record_fallback(campaign, pull(campaign, 0, T0, "f1"), "req-9", 60)
+    again = await store.record_fallback(campaign, pull(campaign, 0, T0, "f2"), "req-9", 60)
+    assert first.status is DecisionStatus.NEW and again.status is DecisionStatus.REPEATED
+    assert again.decision_id == "f1"
+    await store.record_fallback(campaign, pull(campaign, 0, T0, "f3"), None, 60)
+    recorded = [r["decision_id"] for entry in await store.read_audit("c1", 10) for r in entry.records]
+    assert recorded == ["f1", "f3"]
+    assert (await store.snapshot(campaign)).counters.decisions == 0
+
+
 async def test_fold_matured_moves_counts_once(store: StateStore) -> None:
     campaign = make_campaign(delay={"family": "uniform", "low": 0, "high": 100})
     await store.create_campaign(campaign, {})
