@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,11 +18,10 @@ from rich.table import Table
 
 from service.config import Settings
 
-app = typer.Typer(help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True)
+app = typer.Typer(
+    help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True, pretty_exceptions_enable=False
+)
 console = Console(stderr=True)
-
-# Settings a flag of `serve` can set; each is also its LATEBANDIT_* environment variable.
-SERVE_SETTINGS = ("redis_url", "database_url", "secret", "max_skew", "api_keys", "log_level")
 
 
 def _is_loopback(host: str) -> bool:
@@ -36,46 +36,62 @@ def _is_loopback(host: str) -> bool:
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT")] = 8000,
+    port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
     insecure: Annotated[bool, typer.Option(help="allow a non-loopback bind without API keys")] = False,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
+    redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
     database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
     secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
     api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
+    dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
+    request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
     log_level: Annotated[str | None, typer.Option()] = None,
 ) -> None:
-    """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given)."""
+    """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
+    Each flag sets the LATEBANDIT_* variable of the same name."""
     import uvicorn
 
-    given = {"redis_url": redis_url, "database_url": database_url, "secret": secret, "max_skew": max_skew,
-             "api_keys": api_keys, "log_level": log_level}  # fmt: skip
-    for name in SERVE_SETTINGS:
-        if given[name] is not None:
-            os.environ[f"LATEBANDIT_{name.upper()}"] = str(given[name])
+    flags = {
+        "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
+        "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
+        "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
+    }  # fmt: skip
+    for name, value in flags.items():
+        if value is not None:
+            os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
     settings = Settings()
-    if not settings.api_keys and not _is_loopback(host) and not insecure:
-        console.print(
-            f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
-        )
-        raise typer.Exit(2)
+    if not settings.api_keys and not _is_loopback(host):
+        if not insecure:
+            console.print(
+                f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
+            )
+            raise typer.Exit(2)
+        console.print(f"[yellow]warning: listening on {host} with no API keys: anyone who can reach it may act[/]")
     if settings.redis_url is None and workers > 1:
         console.print(
             "[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1"
         )
         raise typer.Exit(2)
+    metrics_dir = None
     if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="latebandit-metrics-")
-    uvicorn.run(
-        "service.api.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=settings.log_level,
-        access_log=False,
-    )
+        metrics_dir = tempfile.mkdtemp(prefix="latebandit-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        uvicorn.run(
+            "service.api.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 @app.command()
@@ -99,6 +115,9 @@ def export(
     from service.timeutil import parse_time
 
     audit = AuditLog(Settings().sqlalchemy_url)
+    if campaign is not None and not audit.has_campaign(campaign):
+        console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
+        raise typer.Exit(1)
     out = sys.stdout
     for line in export_lines(audit, campaign, parse_time(since) if since else None):
         out.write(line + "\n")
@@ -153,6 +172,7 @@ def _print_state(state: dict) -> None:
 def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None) -> None:
     """Rebuild the Redis state from the audit log (after Redis lost its data)."""
     from service.audit.log import AuditLog
+    from service.audit.writer import AuditWriter
     from service.replay.rebuild import rebuild_redis
     from service.store.redis import RedisStore
 
@@ -163,14 +183,41 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
 
     async def run() -> list[str]:
         store = RedisStore(settings.redis_url or "", settings.redis_prefix)
+        audit = AuditLog(settings.sqlalchemy_url)
         try:
-            return await rebuild_redis(AuditLog(settings.sqlalchemy_url), store, campaign)
+            # What Redis still queues must reach the log first, or the rebuilt state would lose it.
+            await AuditWriter(store, audit, settings.audit_batch).flush()
+            return await rebuild_redis(audit, store, campaign)
         finally:
             await store.close()
 
     rebuilt = asyncio.run(run())
+    if campaign is not None and not rebuilt:
+        console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
+        raise typer.Exit(1)
     console.print(f"rebuilt {len(rebuilt)} campaign(s): {', '.join(rebuilt) or 'none'}")
 
 
+def main() -> None:
+    """The console script: expected failures (bad input, an unreachable server, a schema behind) print
+    one clear line instead of a traceback."""
+    from redis.exceptions import RedisError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from service.runtime import SchemaBehind
+    from service.store.base import StoreUnavailable
+
+    try:
+        app()
+    except (ValueError, OSError, SQLAlchemyError, RedisError, SchemaBehind, StoreUnavailable) as error:
+        console.print(f"[red]error:[/] {_first_line(error)}")
+        raise SystemExit(1) from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
 if __name__ == "__main__":
-    app()
+    main()

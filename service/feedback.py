@@ -109,16 +109,20 @@ def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> 
 
 def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retention: float) -> PreparedConversion:
     """Classify a conversion against its campaign: censored beyond the window (event time, window end
-    included), counted only for a counted pull of the campaign's current policy version."""
+    included), counted only for a counted pull of the campaign's current policy version.
+
+    A time in the future within the allowed skew is taken as the time of receipt: the conversion counts
+    from now on, so the state as of any moment holds only conversions that occurred by then."""
     if conversion.arm >= len(campaign.arms):
         raise Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have")
-    delay = max(0, conversion.occurred_at - conversion.decided_at)
+    occurred_at = min(conversion.occurred_at, received_at)
+    delay = max(0, occurred_at - conversion.decided_at)
     censored = delay > campaign.window_us
     remaining = (conversion.decided_at + campaign.window_us - received_at) / MICROS
     record: Record = {
         "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
         "decision_id": conversion.decision_id, "arm": campaign.arms[conversion.arm],
-        "decided_at": conversion.decided_at, "occurred_at": conversion.occurred_at,
+        "decided_at": conversion.decided_at, "occurred_at": occurred_at,
         "received_at": received_at, "value": conversion.value,
     }  # fmt: skip
     return PreparedConversion(

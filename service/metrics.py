@@ -7,6 +7,7 @@ aggregates every worker's files (prometheus-client's multiprocess mode).
 
 from __future__ import annotations
 
+import math
 import os
 
 from prometheus_client import (
@@ -99,10 +100,11 @@ def exposition() -> tuple[bytes, str]:
 
 
 def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) -> None:
-    """Per-arm gauges from the state rows (refreshed with each histogram read, and by GET /state)."""
+    """Per-arm gauges from the state rows (refreshed with each histogram read, and by GET /state). An
+    estimate or index that is undefined (no effective pull yet, or an infinite exploration index) is NaN."""
     for arm, row in rows.items():
         labels = arm_label(campaign, arm)
-        ARM_EFFECTIVE.labels(*labels).set(row["effective_pulls"] or 0.0)
-        ARM_PENDING.labels(*labels).set(row["pending"] or 0)
-        ARM_ESTIMATE.labels(*labels).set(row["estimate"] or 0.0)
-        ARM_INDEX.labels(*labels).set(row["index"] or 0.0)
+        for gauge, key in ((ARM_EFFECTIVE, "effective_pulls"), (ARM_PENDING, "pending"),
+                           (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index")):  # fmt: skip
+            value = row[key]
+            gauge.labels(*labels).set(math.nan if value is None else value)

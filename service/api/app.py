@@ -18,13 +18,13 @@ import orjson
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from service import metrics
-from service.api.auth import ApiKeys, Scope
+from service.api.auth import ApiKeyGate, ApiKeys
 from service.campaign import CampaignSpec, CampaignStatus
 from service.config import Settings
 from service.engine import CampaignExists, DecisionEngine, UnknownCampaign
@@ -42,7 +42,7 @@ class ChooseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     campaign: Identifier
-    request_id: Identifier | None = None
+    request_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
 
 
 FEEDBACK_SCHEMA = {
@@ -109,18 +109,9 @@ class BodyLimit:
         await JSONResponse({"error": "body_too_large", "detail": detail}, 413)(scope, receive, send)
 
 
-# Dependencies are ``async def`` on purpose: FastAPI runs a plain ``def`` one in a thread pool, which
-# would cost a thread hop on every request.
+# ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in a thread pool, a thread hop per request.
 async def get_engine(request: Request) -> DecisionEngine:
     return request.app.state.runtime.engine
-
-
-async def decide(request: Request) -> None:
-    request.app.state.api_keys.check(request, Scope.DECIDE)
-
-
-async def admin(request: Request) -> None:
-    request.app.state.api_keys.check(request, Scope.ADMIN)
 
 
 Engine = Annotated[DecisionEngine, Depends(get_engine)]
@@ -141,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await runtime.close()
 
     app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan)
-    app.state.api_keys = keys
+    app.add_middleware(ApiKeyGate, keys=keys)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -173,7 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # campaigns ------------------------------------------------------------------------------------
 
-    @app.post("/campaigns", status_code=201, dependencies=[Depends(admin)])
+    @app.post("/campaigns", status_code=201)
     async def create_campaign(spec: CampaignSpec, engine: Engine) -> Response:
         try:
             campaign = await engine.create_campaign(spec)
@@ -182,15 +173,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise error(409, "campaign_exists", f"campaign {campaign_id!r} cannot be created: {why}") from exists
         return json_response(campaign.public(), 201)
 
-    @app.get("/campaigns", dependencies=[Depends(admin)])
+    @app.get("/campaigns")
     async def list_campaigns(engine: Engine) -> Response:
         return json_response({"campaigns": await engine.store.list_campaigns()})
 
-    @app.get("/campaigns/{campaign_id}", dependencies=[Depends(admin)])
+    @app.get("/campaigns/{campaign_id}")
     async def get_campaign(campaign_id: Identifier, engine: Engine) -> Response:
         return json_response((await engine.campaign(campaign_id, fresh=True)).public())
 
-    @app.get("/campaigns/{campaign_id}/state", dependencies=[Depends(admin)])
+    @app.get("/campaigns/{campaign_id}/state")
     async def get_state(
         campaign_id: Identifier, engine: Engine, request: Request, at: Annotated[str | None, Query()] = None
     ) -> Response:
@@ -205,24 +196,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await engine.campaign(campaign_id, fresh=True)
         return json_response(await state_from_audit(request.app.state.runtime, campaign_id, moment))
 
-    @app.post("/campaigns/{campaign_id}/pause", dependencies=[Depends(admin)])
+    @app.post("/campaigns/{campaign_id}/pause")
     async def pause(campaign_id: Identifier, engine: Engine) -> Response:
         return json_response((await engine.set_status(campaign_id, CampaignStatus.PAUSED)).public())
 
-    @app.post("/campaigns/{campaign_id}/resume", dependencies=[Depends(admin)])
+    @app.post("/campaigns/{campaign_id}/resume")
     async def resume(campaign_id: Identifier, engine: Engine) -> Response:
         return json_response((await engine.set_status(campaign_id, CampaignStatus.ACTIVE)).public())
 
     # decisions and feedback -----------------------------------------------------------------------
 
-    @app.post("/choose", dependencies=[Depends(decide)])
+    @app.post("/choose")
     async def choose(body: ChooseRequest, engine: Engine) -> Response:
         started = time.perf_counter()
         decision = await engine.choose(body.campaign, body.request_id)
         metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
         return json_response(decision.body())
 
-    @app.post("/feedback", dependencies=[Depends(decide)], openapi_extra=FEEDBACK_SCHEMA)
+    @app.post("/feedback", openapi_extra=FEEDBACK_SCHEMA)
     async def feedback(request: Request, engine: Engine) -> Response:
         started = time.perf_counter()
         try:

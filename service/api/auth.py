@@ -11,7 +11,9 @@ import hashlib
 import hmac
 from enum import StrEnum
 
-from fastapi import HTTPException, Request, status
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 
 class Scope(StrEnum):
@@ -30,6 +32,8 @@ class ApiKeys:
             scope, separator, key = item.partition(":")
             if not separator or not key or scope not in Scope.__members__.values():
                 raise ValueError("LATEBANDIT_API_KEYS must be comma-separated scope:key pairs, scopes decide or admin")
+            if any(digest == _digest(key) for digest, _ in self._keys):
+                raise ValueError("LATEBANDIT_API_KEYS lists the same key twice: give each scope its own key")
             self._keys.append((_digest(key), Scope(scope)))
 
     @property
@@ -44,19 +48,45 @@ class ApiKeys:
                 found = scope
         return found
 
-    def check(self, request: Request, needed: Scope) -> None:
-        if not self.enabled:
-            return
-        header = request.headers.get("authorization", "")
-        kind, _, key = header.partition(" ")
+    def refusal(self, authorization: str, needed: Scope) -> tuple[int, str, str] | None:
+        """(status, error code, detail) when the Authorization header does not grant ``needed``."""
+        kind, _, key = authorization.partition(" ")
         scope = self.scope_of(key.strip()) if kind.lower() == "bearer" and key else None
         if scope is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                detail={"error": "unauthorized", "detail": "send a valid API key as 'Authorization: Bearer <key>'"},
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            return 401, "unauthorized", "send a valid API key as 'Authorization: Bearer <key>'"
         if needed is Scope.ADMIN and scope is not Scope.ADMIN:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN, detail={"error": "forbidden", "detail": "this route needs an admin key"}
-            )
+            return 403, "forbidden", "this route needs an admin key"
+        return None
+
+
+PUBLIC_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+DECIDE_PATHS = frozenset({"/choose", "/feedback"})
+
+
+def required_scope(path: str) -> Scope | None:
+    """The scope a path needs: none for probes and metrics, ``decide`` for the hot paths, ``admin`` for the
+    rest (campaigns, the API documentation, and unknown paths, which reveal nothing without a key)."""
+    if path in PUBLIC_PATHS:
+        return None
+    return Scope.DECIDE if path in DECIDE_PATHS else Scope.ADMIN
+
+
+class ApiKeyGate:
+    """Checks the key before anything reads the body, so an unauthenticated client learns nothing from
+    validation errors; a plain ASGI middleware, cheap on the hot paths."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        needed = required_scope(scope["path"]) if scope["type"] == "http" and self.keys.enabled else None
+        if needed is not None:
+            authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            refusal = self.keys.refusal(authorization, needed)
+            if refusal is not None:
+                status, code, detail = refusal
+                headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+                await JSONResponse({"error": code, "detail": detail}, status, headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

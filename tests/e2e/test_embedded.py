@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -122,18 +123,21 @@ def test_bad_input_is_rejected_per_event_and_changes_nothing(tmp_path) -> None:
 
 def test_censoring_pause_and_request_id(tmp_path) -> None:
     with running(service_env(tmp_path), tmp_path) as server, server.client() as http:
-        http.post("/campaigns", json={**CAMPAIGN, "window": 2})
+        http.post("/campaigns", json={**CAMPAIGN, "window": 1})
         decision = http.post("/choose", json={"campaign": "summer-sale", "request_id": "r1"}).json()
         again = http.post("/choose", json={"campaign": "summer-sale", "request_id": "r1"}).json()
         assert again == decision
-        decided = datetime.now(UTC)
-        late = {
-            "type": "conversion",
-            "decision_id": decision["decision_id"],
-            "occurred_at": iso(decided + timedelta(seconds=5)),
-        }
+        # A time in the future within the skew counts as received now: within the 1 s window here.
+        soon = {"type": "conversion", "event_id": "soon", "decision_id": decision["decision_id"],
+                "occurred_at": iso(datetime.now(UTC) + timedelta(seconds=100))}  # fmt: skip
+        assert http.post("/feedback", json={"events": [soon]}).json() == {
+            "accepted": 1, "duplicates": 0, "censored": 0, "rejected": []}  # fmt: skip
+        slow = http.post("/choose", json={"campaign": "summer-sale"}).json()
+        time.sleep(1.2)
+        late = {"type": "conversion", "decision_id": slow["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
-        assert http.get("/campaigns/summer-sale/state").json()["arms"][decision["arm"]]["conversions"] == 0
+        state = http.get("/campaigns/summer-sale/state").json()
+        assert sum(row["conversions"] for row in state["arms"].values()) == 1
         assert http.post("/campaigns/summer-sale/pause").json()["status"] == "paused"
         paused = http.post("/choose", json={"campaign": "summer-sale", "request_id": "p1"}).json()
         assert paused["fallback"] is True and paused["arm"] == "a"
@@ -147,8 +151,8 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         result = http.post("/feedback", json={"events": [event]}).json()
         assert result["accepted"] == 1
         state = http.get("/campaigns/summer-sale/state").json()
-        assert sum(row["conversions"] for row in state["arms"].values()) == 0
-        assert state["decisions"] == 2
+        assert sum(row["conversions"] for row in state["arms"].values()) == 1
+        assert state["decisions"] == 3
     # Fallback decisions are in the audit log too, so the export replays without orphans.
     lines = [orjson.loads(line) for line in cli(service_env(tmp_path), tmp_path, "export").stdout.splitlines()]
     fallbacks = [line for line in lines if line["type"] == "decision" and line.get("fallback")]
@@ -167,6 +171,10 @@ def test_api_keys_scopes_and_metrics(tmp_path) -> None:
         assert http.post("/campaigns", json=CAMPAIGN, headers=decide).status_code == 403
         assert http.post("/campaigns", json=CAMPAIGN, headers=admin).status_code == 201
         assert http.post("/choose", json={"campaign": "summer-sale"}).status_code == 401
+        assert http.post("/choose", content=b"not json").status_code == 401  # the key is checked first
+        assert http.post("/campaigns", content=b"not json", headers=decide).status_code == 403
+        assert http.get("/openapi.json").status_code == 401
+        assert http.get("/no-such-route", headers=admin).json()["error"] == "not_found"
         assert http.post("/choose", json={"campaign": "summer-sale"}, headers=decide).status_code == 200
         assert http.post("/choose", json={"campaign": "summer-sale"}, headers=admin).status_code == 200
         assert http.get("/campaigns/summer-sale/state", headers=decide).status_code == 403
