@@ -38,6 +38,11 @@ class AuditQueue(Protocol):
         """Forget entries whose rows are committed; acknowledging twice is harmless."""
         ...
 
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        """Whether this process should drain the campaign now: a lease that keeps the writers of several
+        workers from all draining the same queue. Only an optimisation: concurrent drains stay correct."""
+        ...
+
     async def audit_backlog(self) -> int:
         """Entries waiting in all campaigns' queues."""
         ...

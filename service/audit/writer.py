@@ -42,13 +42,13 @@ class AuditWriter:
     async def drain_once(self) -> int:
         """One pass over every campaign's queue (up to ``batch`` entries each); returns rows written."""
         before = self.rows_written
-        await self._pass()
+        await self._pass(claim=False)
         return self.rows_written - before
 
     async def flush(self) -> None:
         """Drain until no queue holds a full batch; raise StoreUnavailable if a write or read fails."""
         while True:
-            more, failure = await self._pass()
+            more, failure = await self._pass(claim=False)
             if failure is not None:
                 raise StoreUnavailable(f"the audit log cannot be written: {failure}") from failure
             if not more:
@@ -58,15 +58,15 @@ class AuditWriter:
         """Drain every ``interval`` seconds until ``stop`` is set; straight away again while a queue
         still held a full batch."""
         while not stop.is_set():
-            more, failure = await self._pass()
+            more, failure = await self._pass(claim=True, lease=max(1.0, 5 * interval))
             if more and failure is None:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
 
-    async def _pass(self) -> tuple[bool, Exception | None]:
-        """Drain each campaign once. Returns whether some queue held a full batch (more may be waiting)
-        and the pass's first error."""
+    async def _pass(self, claim: bool, lease: float = 0.0) -> tuple[bool, Exception | None]:
+        """Drain each campaign once (with ``claim``, only those whose lease this process holds). Returns
+        whether some queue held a full batch (more may be waiting) and the pass's first error."""
         async with self._lock:
             failures: list[Exception] = []
             more = False
@@ -77,7 +77,8 @@ class AuditWriter:
                 failures.append(error)
             for campaign in campaigns:
                 try:
-                    more |= await self._drain(campaign)
+                    if not claim or await self.queue.claim_audit(campaign, lease):
+                        more |= await self._drain(campaign)
                 except Exception as error:  # the next pass retries; one campaign never blocks the others
                     failures.append(error)
             self.errors += len(failures)

@@ -39,6 +39,10 @@ class Keys:
         """Stream of audit entries waiting for the writer."""
         return self._tagged(campaign, "audit")
 
+    def audit_lease(self, campaign: str) -> str:
+        """Which worker's audit writer drains the campaign's stream for now."""
+        return self._tagged(campaign, "audit:lease")
+
     def request(self, campaign: str, request_id: str) -> str:
         return self._tagged(campaign, f"req:{request_id}")
 

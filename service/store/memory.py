@@ -205,6 +205,9 @@ class MemoryStore:
         for entry_id in entry_ids if memory else ():
             memory.audit.pop(entry_id, None)  # type: ignore[union-attr]
 
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        return True  # one process
+
     async def audit_backlog(self) -> int:
         return sum(len(memory.audit) for memory in self._campaigns.values())
 

@@ -14,6 +14,7 @@ interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -61,6 +62,14 @@ class _Cached:
     read_at: float  # time.monotonic() of the histogram read
 
 
+def _client(url: str) -> aioredis.Redis:
+    """A blocking pool: a burst of requests waits for a free connection instead of failing."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=2.0, socket_timeout=2.0, socket_connect_timeout=2.0
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
 def parse_counters(raw: dict[bytes, bytes], arms: int) -> Counters:
     counters = Counters.zeros(arms)
     columns = {b"n": counters.pulls, b"s": counters.conversions, b"m": counters.matured}
@@ -94,17 +103,14 @@ class RedisStore:
         self, url: str, prefix: str = "lb", client: aioredis.Redis | None = None, clock: Clock = wall_clock
     ) -> None:
         self._clock = clock  # for the expiry of deduplication entries
-        # A blocking pool: a burst of requests waits for a free connection instead of failing.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=MAX_CONNECTIONS, timeout=2.0, socket_timeout=2.0, socket_connect_timeout=2.0
-        )
-        self.client = client or aioredis.Redis(connection_pool=pool)
+        self.client = client or _client(url)
         self.keys = Keys(prefix)
         self._scripts: dict[str, AsyncScript] = {
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
         }
         self._cache: dict[str, _Cached] = {}
         self._refreshing: dict[str, asyncio.Future[StateSnapshot]] = {}
+        self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -277,6 +283,18 @@ class RedisStore:
         if entry_ids:
             async with self._reachable():
                 await self.client.xdel(self.keys.audit(campaign), *entry_ids)
+
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        """Take the lease, or keep it if this process holds it; never released (it expires), since a
+        drain that outlives it is merely repeated."""
+        key, ttl = self.keys.audit_lease(campaign), round(seconds * 1000)
+        async with self._reachable():
+            if await self.client.set(key, self._owner, nx=True, px=ttl):
+                return True
+            if await self.client.get(key) == self._owner.encode():
+                await self.client.pexpire(key, ttl)
+                return True
+        return False
 
     async def audit_backlog(self) -> int:
         campaigns = await self.list_campaigns()

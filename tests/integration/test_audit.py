@@ -357,6 +357,9 @@ class FakeQueue:
             raise StoreUnavailable("queue went away")
         self.entries[campaign] = [entry for entry in self.entries[campaign] if entry.entry_id not in entry_ids]
 
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        return True
+
     async def audit_backlog(self) -> int:
         return sum(map(len, self.entries.values()))
 

@@ -189,3 +189,12 @@ async def test_concurrent_decisions_are_all_counted(store: StateStore) -> None:
     state = await store.snapshot(campaign)
     assert state.counters.decisions == 200
     assert state.counters.pulls.tolist() == np.bincount(arms, minlength=3).tolist()
+
+
+async def test_audit_lease(store: StateStore) -> None:
+    """One writer at a time drains a campaign's queue on Redis (several workers); memory has one process."""
+    assert await store.claim_audit("c1", 5.0)
+    assert await store.claim_audit("c1", 5.0)  # the holder keeps it
+    if isinstance(store, RedisStore):
+        other = RedisStore("redis://unused", store.keys.prefix, client=store.client)
+        assert not await other.claim_audit("c1", 5.0)
