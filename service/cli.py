@@ -198,6 +198,51 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
     console.print(f"rebuilt {len(rebuilt)} campaign(s): {', '.join(rebuilt) or 'none'}")
 
 
+@app.command()
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="scenario file (.json, .yaml), CONTRACT.md format")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md results JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
+    runs: Annotated[int | None, typer.Option(min=1, help="override the scenario's number of runs")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="override the scenario's seed")] = None,
+) -> None:
+    """Run many independent runs of the scenario's policies on its environment, vectorised across runs."""
+    from rich.markup import escape
+
+    from service.sim.console import run_simulation
+    from service.sim.scenario import ScenarioError
+
+    try:
+        run_simulation(scenario, json_out, plot, runs, seed, console)
+    except ScenarioError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def reproduce(
+    name: Annotated[str | None, typer.Argument(help="the reproduction to run (see --list)")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="list the reproducible figures and tables")] = False,
+    runs: Annotated[int | None, typer.Option(min=1, help="override the paper's number of runs")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write our numbers, references and checks")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
+) -> None:
+    """Re-run a paper's experiment at its settings and print our numbers beside the paper's."""
+    from rich.markup import escape
+
+    from service.sim.console import list_table, run_reproduce
+    from service.sim.scenario import ScenarioError
+
+    if list_ or name is None:
+        Console().print(list_table())
+        return
+    try:
+        run_reproduce(name, runs, json_out, plot, console)
+    except ScenarioError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+
+
 def main() -> None:
     """The console script: expected failures (bad input, an unreachable server, a schema behind) print
     one clear line instead of a traceback."""

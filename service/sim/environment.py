@@ -1,0 +1,193 @@
+"""The simulated world, vectorised over R independent runs: rewards, delays in rounds, censoring, and the
+three feedback views of CONTRACT.md (attributed, anonymous per-round sums, composite spread rewards).
+
+Conventions (vernade2017.md §1.1, §1.5): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ) or
+Beta(2θ, 2(1−θ)) for ``bounded``) and a delay D ≥ 0 in rounds from the arm's delay model. A conversion
+with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
+D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
+rounds s + ⌈D⌉ + j, j < spread; a part later than the window (D + j > m) is lost.
+
+Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
+the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet
+common random numbers, and one run simulated alone reproduces its row of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.delays import DelayModel, Empirical, Fixed, Mixture, Uniform
+from service.sim.scenario import Scenario
+
+WORLD_STREAM = 0  # spawn keys: (WORLD_STREAM, run) for the world of a run, (POLICY_STREAM,) for policies
+POLICY_STREAM = 1
+CHUNK = 1024  # rounds of outcomes drawn at once per run (memory: CHUNK·R·K doubles per table)
+RING_ELEMENTS = 1 << 23  # cap on the calendar ring (rounds·runs·channels doubles); later dues spill to a list
+BOUNDED_CONCENTRATION = 2.0  # bounded rewards ~ Beta(cθ, c(1−θ)): mean θ, variance θ(1−θ)/(c+1)
+
+
+def world_generator(seed: int, run: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(WORLD_STREAM, run)))
+
+
+def policy_generator(seed: int) -> np.random.Generator:
+    """The tie-breaking stream: the same for every policy of a scenario, so that two scenarios differing
+    only in the window play identically until the window matters (vernade2017.md §4.5)."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(POLICY_STREAM,)))
+
+
+def one_hot(arms: np.ndarray, n_arms: int) -> np.ndarray:
+    """(R, K) indicator of each run's arm; a negative arm (no pull) gives a zero row."""
+    out = np.zeros((arms.shape[0], n_arms))
+    present = arms >= 0
+    out[np.flatnonzero(present), arms[present]] = 1.0
+    return out
+
+
+def support_end(model: DelayModel) -> float:
+    """The largest delay the model can produce (inf when unbounded), to size the calendar."""
+    if isinstance(model, Fixed):
+        return model.value
+    if isinstance(model, Uniform):
+        return model.high
+    if isinstance(model, Empirical) and model.quantiles[-1][1] >= 1.0:
+        return model.quantiles[-1][0]
+    if isinstance(model, Mixture):
+        return max(support_end(component) for component in model.components)
+    return math.inf
+
+
+class Ring:
+    """The values of the last ``depth`` rounds, one per run; ``push`` returns the one pushed ``depth``
+    rounds before (``fill`` while there is none), which is how pulls leave a window of length depth."""
+
+    def __init__(self, depth: int, runs: int, fill: float, dtype: type = np.float64) -> None:
+        self.depth = depth
+        self._fill = fill
+        self._buffer = np.full((depth, runs), fill, dtype=dtype)
+        self._count = 0
+
+    def push(self, values: np.ndarray) -> np.ndarray:
+        if self.depth == 0:
+            return values
+        slot = self._count % self.depth
+        leaving = self._buffer[slot].copy()
+        self._buffer[slot] = values
+        self._count += 1
+        return leaving
+
+
+class Calendar:
+    """Amounts that fall due in later rounds, per run and channel: a ring over the next ``span`` rounds
+    and a spill list for the rare dues beyond it, so memory is bounded by RING_ELEMENTS, not the horizon.
+
+    ``add`` schedules at lags >= 0 from the current round; ``pop`` returns what is due in the current
+    round and moves to the next one. The spill is merged every span/2 rounds, which always happens at
+    least once in the last span rounds before a due round.
+    """
+
+    def __init__(self, runs: int, channels: int, reach: int) -> None:
+        self.span = max(1, min(reach + 1, RING_ELEMENTS // (runs * channels)))
+        self._ring = np.zeros((self.span, runs, channels))
+        self._merge_every = max(1, self.span // 2)
+        self._spill: list[tuple[np.ndarray, ...]] = []
+        self._now = 0
+
+    def add(self, lags: np.ndarray, runs: np.ndarray, channels: np.ndarray, amounts: np.ndarray) -> None:
+        near = lags < self.span
+        slots = (self._now + lags[near]) % self.span
+        np.add.at(self._ring, (slots, runs[near], channels[near]), amounts[near])
+        if not near.all():
+            far = ~near
+            self._spill.append((self._now + lags[far], runs[far], channels[far], amounts[far]))
+
+    def pop(self) -> np.ndarray:
+        if self._spill and self._now % self._merge_every == 0:
+            due, runs, channels, amounts = (np.concatenate(parts) for parts in zip(*self._spill, strict=True))
+            near = due < self._now + self.span
+            np.add.at(self._ring, (due[near] % self.span, runs[near], channels[near]), amounts[near])
+            self._spill = [(due[~near], runs[~near], channels[~near], amounts[~near])] if not near.all() else []
+        slot = self._now % self.span
+        out = self._ring[slot].copy()
+        self._ring[slot] = 0.0
+        self._now += 1
+        return out
+
+
+@dataclass(frozen=True)
+class Pull:
+    """One round's pulls across runs: what each will ever yield and when it is revealed."""
+
+    arms: np.ndarray  # (R,) int64
+    values: np.ndarray  # (R,) the reward X, 0 when the pull never converts
+    delays: np.ndarray  # (R,) D in rounds (inf: never observed)
+    counted: np.ndarray  # (R,) bool: X > 0 and D <= window, D finite (all of X counts, in attributed feedback)
+    lags: np.ndarray  # (R,) int64 ⌈D⌉ where counted, else -1: rounds from the pull to the reveal
+
+
+class Environment:
+    """R runs of one scenario's world. Per round: ``pull(arms)`` then ``end_round()``, which returns the
+    values that arrived during the round per run and arm; ``observe`` turns them into the feedback view."""
+
+    def __init__(self, scenario: Scenario, runs: int | None = None, first_run: int = 0) -> None:
+        self.scenario = scenario
+        self.runs = scenario.runs if runs is None else runs
+        self.means = np.array(scenario.arms)
+        self.gaps = self.means.max() - self.means
+        self.window = scenario.window
+        self._generators = [world_generator(scenario.seed, first_run + r) for r in range(self.runs)]
+        self._delay_models = scenario.delays[:1] if scenario.shared_delay else scenario.delays
+        self._run_index = np.arange(self.runs)
+        longest = min(
+            max(support_end(model) for model in scenario.delays), math.inf if self.window is None else self.window
+        )
+        last_lag = scenario.horizon if math.isinf(longest) else math.ceil(longest) + scenario.spread - 1
+        self._calendar = Calendar(self.runs, scenario.n_arms, min(scenario.horizon, last_lag))
+        self.round = 1  # the round being played
+        self._rewards = self._delays = np.empty((0, self.runs, 0))
+
+    def _draw_chunk(self) -> None:
+        """The next CHUNK rounds of every run: rewards (C, R, K) and delays (C, R, 1 or K)."""
+        means = self.means
+        rewards, delays = [], []
+        for generator in self._generators:
+            if self.scenario.reward == "bernoulli":
+                rewards.append(generator.random((CHUNK, means.size)) < means)
+            else:
+                inner = (means > 0) & (means < 1)
+                a = np.where(inner, BOUNDED_CONCENTRATION * means, 1.0)
+                b = np.where(inner, BOUNDED_CONCENTRATION * (1.0 - means), 1.0)
+                rewards.append(np.where(inner, generator.beta(a, b, (CHUNK, means.size)), means))
+            delays.append(np.stack([model.sample(generator, CHUNK) for model in self._delay_models], axis=1))
+        self._rewards = np.stack(rewards, axis=1).astype(np.float64)
+        self._delays = np.stack(delays, axis=1)
+
+    def pull(self, arms: np.ndarray) -> Pull:
+        """Play ``arms`` (R,) in the current round and schedule what they will reveal."""
+        offset = (self.round - 1) % CHUNK
+        if offset == 0:
+            self._draw_chunk()
+        runs = self._run_index
+        values = self._rewards[offset, runs, arms]
+        delays = self._delays[offset, runs, arms if self._delays.shape[2] > 1 else 0]
+        limit = np.inf if self.window is None else self.window
+        counted = (values > 0) & np.isfinite(delays) & (delays <= limit)
+        lags = np.where(counted, np.ceil(np.where(counted, delays, 0.0)), -1).astype(np.int64)
+        remaining = self.scenario.horizon - self.round  # later arrivals are never seen
+        spread = self.scenario.spread
+        for part in range(spread):
+            due = counted & (delays + part <= limit) & (lags + part <= remaining)
+            self._calendar.add(lags[due] + part, runs[due], arms[due], values[due] / spread)
+        return Pull(arms, values, delays, counted, lags)
+
+    def end_round(self) -> np.ndarray:
+        """(R, K) the values (parts, for composite) that arrived during the current round, by arm."""
+        self.round += 1
+        return self._calendar.pop()
+
+    def observe(self, arrivals: np.ndarray) -> np.ndarray:
+        """What the learner sees: per-arm arrivals (attributed), or only their per-run sum (R,)."""
+        return arrivals if self.scenario.feedback == "attributed" else arrivals.sum(axis=1)

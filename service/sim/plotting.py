@@ -1,0 +1,54 @@
+"""Regret curves as a small PNG: one panel per scenario, mean over runs with a 10–90 % band across runs,
+and optional reference points (e.g. a spec's numbers) as crosses in the policy's colour."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from service.sim.runner import PolicyResult
+
+BAND = (0.1, 0.9)
+MAX_COLUMNS = 4
+PANEL_INCHES = (4.2, 3.2)
+DPI = 80  # small files, fit for committing
+
+
+def plot_panels(
+    panels: Sequence[tuple[str, Sequence[PolicyResult]]],
+    path: Path,
+    title: str | None = None,
+    markers: Mapping[str, Mapping[str, tuple[Sequence[int], Sequence[float]]]] | None = None,
+) -> None:
+    """Write the figure to ``path``. ``markers[panel][label]`` = (rounds, values) drawn as crosses."""
+    from matplotlib.figure import Figure  # the Agg canvas, no pyplot state, imported only when plotting
+
+    columns = min(MAX_COLUMNS, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    heading = textwrap.wrap(title + ("   (× = reference)" if markers else ""), 50 * columns) if title else []
+    figure = Figure(figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows + 0.25 * len(heading)))
+    axes = figure.subplots(rows, columns, squeeze=False)
+    for ax, (name, results) in zip(axes.flat, panels, strict=False):
+        for result in results:
+            low, high = np.quantile(result.regret, BAND, axis=1)
+            (line,) = ax.plot(result.rounds, result.regret.mean(axis=1), label=result.label, linewidth=1.4)
+            ax.fill_between(result.rounds, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            reference = (markers or {}).get(name, {}).get(result.label)
+            if reference is not None:
+                ax.plot(*reference, linestyle="none", marker="x", color=line.get_color(), markersize=6)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("round t", fontsize=8)
+        ax.set_ylabel("pseudo-regret (mean, 10–90 % band)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    if heading:
+        figure.suptitle("\n".join(heading), fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)

@@ -1,0 +1,155 @@
+"""The vectorised runner against a plain one-run loop (brute-force Ñ and S from the pull records, one
+policy call per run with a (1, K) batch), determinism under a seed, the §4.5 identity of censored and
+uncensored runs before round m, and the CONTRACT.md JSON shape."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.policies import ArmStats, make_policy
+from service.sim.environment import Environment, policy_generator
+from service.sim.runner import PolicyResult, contract_json, recording_rounds, run_policy, simulate
+from service.sim.scenario import Scenario, ScenarioError, scenario_from_mapping
+
+GEOMETRIC = {"family": "geometric", "p": 0.02}
+
+
+def make(policies: list[dict[str, Any]], **overrides: Any) -> Scenario:
+    data = {
+        "horizon": 300,
+        "runs": 5,
+        "seed": 7,
+        "arms": [0.5, 0.3, 0.2],
+        "delay": GEOMETRIC,
+        "window": 40,
+        "policies": policies,
+        "checkpoints": [100, 200, 300],
+    } | overrides
+    return scenario_from_mapping(data)
+
+
+def plain_loop(scenario: Scenario, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The runs stepped in lockstep, each a plain one-run simulation that keeps the table of its pulls and
+    recomputes N, S and Ñ from it: (T, R) regret and (R,) L(T). The runs share the policy generator in
+    run order, which is what a batch of R consumes per round (service/policies/base.py, uniform_among)."""
+    spec = scenario.policies[index]
+    policy = make_policy(spec.name, spec.params, scenario.n_arms)
+    rng = policy_generator(scenario.seed)
+    worlds = [Environment(scenario, runs=1, first_run=r) for r in range(scenario.runs)]  # outcomes only
+    window = math.inf if scenario.window is None else scenario.window
+    gaps = max(scenario.arms) - np.array(scenario.arms)
+    horizon, arms = scenario.horizon, np.arange(scenario.n_arms)
+    table = np.zeros((scenario.runs, horizon, 3))  # per run and round: arm, value, delay
+    for n in range(1, horizon + 1):
+        for r, world in enumerate(worlds):
+            arm_of, value, delay = table[r, : n - 1].T
+            ages = np.minimum(n - 1 - np.arange(1, n), window)
+            revealed = (
+                (value > 0) & np.isfinite(delay) & (delay <= window) & (np.arange(1, n) + np.ceil(delay) <= n - 1)
+            )
+            mine = arm_of[None, :] == arms[:, None]  # (K, n − 1)
+            tau = np.array([model.cdf(ages) for model in scenario.delays])
+            stats = ArmStats(
+                mine.sum(axis=1)[None],
+                (mine * value * revealed).sum(axis=1)[None],
+                (mine * tau).sum(axis=1)[None],
+                np.array([n]),
+            )
+            arm = int(policy.choose(stats, rng).arm[0])
+            pull = world.pull(np.array([arm]))
+            world.end_round()
+            table[r, n - 1] = arm, pull.values[0], pull.delays[0]
+    pulled = table[:, :, 0].astype(int)
+    regret = np.cumsum(gaps[pulled], axis=1).T
+    final_ages = np.minimum(horizon - np.arange(1, horizon + 1), window)
+    tau_final = np.array([model.cdf(final_ages) for model in scenario.delays])  # (K, T)
+    weighted = (gaps[pulled] * tau_final[pulled, np.arange(horizon)]).sum(axis=1)
+    return regret, weighted
+
+
+@pytest.mark.parametrize(
+    ("policy", "overrides"),
+    [
+        ("delayed-klucb", {}),
+        ("delayed-ucb", {}),
+        ("klucb", {}),
+        ("delayed-klucb", {"window": None, "delay": {"family": "uniform", "low": 0, "high": 60}}),
+        ("delayed-ucb", {"delay": [GEOMETRIC, {"family": "pareto", "alpha": 1.2, "scale": 2}, GEOMETRIC]}),
+        ("ucb1", {"reward": "bounded", "window": 0}),
+    ],
+)
+def test_the_batch_agrees_with_a_plain_one_run_loop(policy: str, overrides: dict[str, Any]) -> None:
+    scenario = make([{"name": policy}], **overrides)
+    result = run_policy(scenario, scenario.policies[0])
+    regret, weighted = plain_loop(scenario)
+    np.testing.assert_array_equal(result.regret, regret[result.rounds - 1])
+    np.testing.assert_allclose(result.weighted, weighted, rtol=1e-9)
+
+
+def test_same_seed_same_numbers_and_another_seed_other_numbers() -> None:
+    scenario = make([{"name": "delayed-klucb"}, {"name": "thompson", "params": {"propensity_samples": 1}}])
+    first, again = simulate(scenario), simulate(scenario)
+    other = simulate(scenario.with_overrides(seed=8))
+    for a, b, c in zip(first, again, other, strict=True):
+        assert np.array_equal(a.regret, b.regret) and np.array_equal(a.weighted, b.weighted)
+        assert not np.array_equal(a.regret, c.regret)
+
+
+def test_censored_and_uncensored_runs_coincide_until_the_window() -> None:
+    """vernade2017.md §4.5: same seeds, same weights and counted conversions until round m + 1."""
+    censored = make([{"name": "delayed-ucb"}], horizon=400, window=150)
+    uncensored = make([{"name": "delayed-ucb"}], horizon=400, window=None)
+    results = [run_policy(s, s.policies[0]) for s in (censored, uncensored)]
+    early = results[0].rounds <= 150
+    assert np.array_equal(results[0].regret[early], results[1].regret[early])
+    assert not np.array_equal(results[0].regret, results[1].regret)
+
+
+def test_discarding_plays_uniformly_until_pulls_mature() -> None:
+    scenario = make(
+        [
+            {"name": "delayed-klucb", "feed": "discarding"},
+            {"name": "delayed-ucb", "feed": "discarding", "label": "d"},
+            {"name": "uniform"},
+        ],
+        window=100,
+        runs=40,
+    )
+    results = simulate(scenario)
+    early = results[0].rounds <= 100
+    for result in results:  # all three draw the same tie-breaks: identical while every index is +inf
+        assert np.array_equal(result.regret[early], results[2].regret[early])
+
+
+def test_contract_json_shape() -> None:
+    scenario = make([{"name": "delayed-klucb"}, {"name": "ucb1", "label": "plain"}])
+    progress: list[int] = []
+    results = simulate(scenario, lambda spec: progress.append)
+    document = contract_json(scenario, results)
+    assert set(document) == {"scenario", "policies"} and document["scenario"] == scenario.to_json()
+    assert list(document["policies"]) == ["delayed-klucb", "plain"]
+    for entry in document["policies"].values():
+        assert set(entry) == {"regret_mean", "regret_std", "final_regret_mean", "final_regret_std", "seconds"}
+        assert len(entry["regret_mean"]) == len(entry["regret_std"]) == len(scenario.checkpoints)
+        assert entry["regret_mean"][-1] == entry["final_regret_mean"]
+    assert sum(progress) == 2 * scenario.horizon
+
+
+def test_recorded_rounds_include_every_checkpoint_and_the_horizon() -> None:
+    rounds = recording_rounds(make([{"name": "ucb1"}], horizon=12345, checkpoints=[7, 4321]))
+    assert {7, 4321, 12345} <= set(rounds.tolist()) and np.all(np.diff(rounds) > 0) and rounds[0] == 1
+
+
+def test_policies_that_cannot_consume_the_feedback_are_refused() -> None:
+    scenario = make([{"name": "delayed-klucb"}], feedback="anonymous")
+    with pytest.raises(ScenarioError, match="No policy of this version consumes anonymous"):
+        simulate(scenario)
+
+
+def test_result_quantities() -> None:
+    result = PolicyResult("x", np.array([1, 5]), np.array([[0.0, 1.0], [2.0, 6.0]]), np.zeros(2), 0.1)
+    assert result.at([5]).tolist() == [[2.0, 6.0]] and result.final.tolist() == [2.0, 6.0]
