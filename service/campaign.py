@@ -77,7 +77,10 @@ class CampaignSpec(BaseModel):
         if self.policy.name not in POLICIES:
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
         build_policy(self.policy, self.arms)
-        model = delay_from_spec(self.delay)
+        try:
+            model = delay_from_spec(self.delay)
+        except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
+            raise ValueError(f"delay: {error}") from error
         if POLICIES[self.policy.name].delay_corrected:
             if model.family == "unknown":
                 raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")

@@ -135,7 +135,7 @@ def replay(
     from service.replay.apply import Replayer, read_log
     from service.timeutil import parse_time
 
-    replayer = Replayer(parse_time(at) if at else None)
+    replayer = Replayer(parse_time(at) if at else None, Settings())
     asyncio.run(replayer.apply_all(read_log(str(log))))
     if not replayer.campaigns:
         console.print("[red]the log holds no campaign line[/]")
@@ -187,7 +187,7 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
         try:
             # What Redis still queues must reach the log first, or the rebuilt state would lose it.
             await AuditWriter(store, audit, settings.audit_batch).flush()
-            return await rebuild_redis(audit, store, campaign)
+            return await rebuild_redis(audit, store, settings, campaign)
         finally:
             await store.close()
 

@@ -136,6 +136,8 @@ class DecisionEngine:
         if campaign is None:
             campaign = await self.store.get_campaign(campaign_id)
             if campaign is None:
+                if self._in_history is not None and await self._in_history(campaign_id):
+                    raise lost_campaign(campaign_id)  # the same answer on every worker: retry after rebuild
                 raise UnknownCampaign(campaign_id)
             self._campaigns[campaign_id] = campaign
         return campaign

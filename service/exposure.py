@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.campaign import Campaign
+from service.campaign import MAX_EXACT_DECAY, Campaign
 from service.store.base import StateSnapshot
 from service.timeutil import MICROS
 
@@ -35,11 +35,12 @@ class Exposure:
 
 
 def bucket_moments(campaign: Campaign, decided_at: int) -> tuple[int, int, tuple[float, ...]]:
-    """Where a pull at ``decided_at`` lands: its bucket, its offset in it, and its exponential moments."""
+    """Where a pull at ``decided_at`` lands: its bucket, its offset in it (whole milliseconds, so that a
+    bucket's sum of offsets stays far from int64 overflow), and its exponential moments."""
     width = campaign.bucket_width_us
     bucket, offset = divmod(decided_at, width)
     to_end = (width - offset) / MICROS
-    return bucket, offset, tuple(float(np.exp(-rate * to_end)) for _, rate in campaign.exact_components)
+    return bucket, offset // 1000, tuple(float(np.exp(-rate * to_end)) for _, rate in campaign.exact_components)
 
 
 def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
@@ -51,15 +52,16 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     matured = end_age >= window
     inside = end_age + width / MICROS <= window
     count = hist.count.astype(np.float64)
-    mean_time = hist.bucket * width + hist.offset / np.maximum(hist.count, 1)
+    mean_time = hist.bucket * width + 1000.0 * hist.offset / np.maximum(hist.count, 1)
     mean_age = np.clip((now - mean_time) / MICROS, 0.0, window)
     weight = count * delay.cdf(mean_age) if delay.family != "unknown" else count
     exact = campaign.exact_components
     if exact and len(hist.count):
         weights, rates = np.array(exact).T
         inside_weight = count * weights.sum() - (hist.moments * np.exp(-np.outer(end_age, rates))) @ weights
-        for share, rate in set(delay.exponential_components() or ()) - set(exact):  # mean rule, per component
-            inside_weight += share * count * -np.expm1(-rate * mean_age)
+        for share, rate in delay.exponential_components() or ():  # too fast to keep exactly: mean rule
+            if rate * width / MICROS > MAX_EXACT_DECAY:
+                inside_weight += share * count * -np.expm1(-rate * mean_age)
         weight = np.where(inside, np.maximum(inside_weight, 0.0), weight)
     at_window = float(delay.cdf(window)) if delay.family != "unknown" else 1.0
     weight = np.where(matured, count * at_window, weight)

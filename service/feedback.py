@@ -117,7 +117,10 @@ def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retent
         raise Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have")
     occurred_at = min(conversion.occurred_at, received_at)
     delay = max(0, occurred_at - conversion.decided_at)
-    censored = delay > campaign.window_us
+    # Beyond the window plus the dedup retention the service no longer remembers whether the decision
+    # converted, so a retry could not be recognised: such a late arrival is recorded, never counted.
+    forgotten = received_at > conversion.decided_at + campaign.window_us + round(retention * MICROS)
+    censored = delay > campaign.window_us or forgotten
     remaining = (conversion.decided_at + campaign.window_us - received_at) / MICROS
     record: Record = {
         "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,

@@ -118,7 +118,7 @@ class Runtime:
     async def _restore_embedded_state(self) -> None:
         """The embedded store lives in memory: rebuild it from the SQLite audit log at start."""
         assert isinstance(self.store, MemoryStore)
-        await restore_memory(self.audit, self.store)
+        await restore_memory(self.audit, self.store, self.settings)
 
     async def _watch_backlog(self) -> None:
         while not self.stop.is_set():

@@ -20,6 +20,8 @@ def parse_time(text: str) -> int:
     parsed = datetime.fromisoformat(text.replace("z", "Z"))
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp {text!r} has no time zone")
+    if not 1970 <= parsed.astimezone(UTC).year <= 9998:
+        raise ValueError(f"timestamp {text!r} is outside the years 1970 to 9998")
     return to_micros(parsed)
 
 

@@ -42,7 +42,7 @@ class ChooseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     campaign: Identifier
-    request_id: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    request_id: Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,256}$")] | None = None
 
 
 FEEDBACK_SCHEMA = {
@@ -262,7 +262,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 async def state_from_audit(runtime: Runtime, campaign_id: str, at: int) -> dict[str, Any]:
     """The state as of a past moment: the audit log replayed up to it (after draining the audit queue)."""
     await runtime.writer.flush()
-    replayer = await replay_audit(runtime.audit, campaign_id, as_of=at)
+    replayer = await replay_audit(runtime.audit, runtime.settings, campaign_id, as_of=at)
     if campaign_id not in replayer.campaigns:
         raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time")
     return await replayer.state(campaign_id, at)

@@ -8,6 +8,7 @@ cannot be attributed to a pull and are skipped and counted in ``skipped``.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,15 +19,13 @@ import orjson
 from service.audit.export import record_to_line
 from service.audit.records import Record
 from service.campaign import Campaign, CampaignStatus
+from service.config import Settings
 from service.engine import describe_state
 from service.exposure import bucket_moments
 from service.feedback import Conversion, prepare
 from service.store.base import CampaignRefused, Pull
 from service.store.memory import MemoryStore
 from service.timeutil import parse_time
-
-DEFAULT_RETENTION = 86_400.0
-_REQUEST_TTL = 86_400
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,17 @@ def campaign_from_line(line: dict[str, Any]) -> Campaign:
 
 
 class Replayer:
-    def __init__(self, as_of: int | None = None, retention: float = DEFAULT_RETENTION) -> None:
+    """Feedback is applied at the time the service received it (``received_at`` in an export, else its
+    ``occurred_at``): that time decides deduplication expiry and whether it lies before ``as_of``. Pass
+    the service's ``dedup_retention`` and ``request_ttl`` to reproduce it exactly."""
+
+    def __init__(self, as_of: int | None = None, settings: Settings | None = None) -> None:
+        settings = settings or Settings()
         self.now = 0
         self.as_of = as_of
-        self.retention = retention
-        self.store = MemoryStore(clock=lambda: self.now)
+        self.retention = settings.dedup_retention
+        self.request_ttl = math.ceil(settings.request_ttl)
+        self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
         self.campaigns: dict[str, Campaign] = {}
         self.decisions: dict[str, LoggedDecision] = {}
         self.skipped: Counter[str] = Counter()
@@ -111,13 +116,12 @@ class Replayer:
         self.decisions[line["decision_id"]] = LoggedDecision(
             campaign.id, arm, at, counted, line.get("version", campaign.version)
         )
-        if not counted:
-            return
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
         pull = Pull(arm, at, bucket, offset, moments, line["decision_id"], propensity, {})
-        request_id = line.get("request_id")
-        await self.store.record_decision(campaign, pull, request_id, ttl=_REQUEST_TTL)
+        if counted:  # every logged pull counts, whatever its request_id: the service counted it
+            await self.store.record_decision(campaign, pull, None, self.request_ttl)
+        self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)
 
     async def _conversion(self, line: dict[str, Any]) -> None:
         decision = self.decisions.get(line["decision_id"])
@@ -125,14 +129,14 @@ class Replayer:
             self.skipped["conversion_without_decision"] += 1
             return
         occurred_at = parse_time(line["occurred_at"])
-        if not self._advance(occurred_at):
+        received = parse_time(line["received_at"]) if "received_at" in line else occurred_at
+        if not self._advance(received):
             return
         campaign = self.campaigns[decision.campaign]
         conversion = Conversion(
             campaign.id, line["decision_id"], decision.arm, decision.at, decision.counted, decision.version,
             occurred_at, float(line.get("value", 1.0)), line.get("event_id"),
         )  # fmt: skip
-        received = parse_time(line["received_at"]) if "received_at" in line else self.now
         try:
             await self.store.apply_conversions(campaign, [prepare(campaign, conversion, received, self.retention)])
         except CampaignRefused:

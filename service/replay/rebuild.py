@@ -11,35 +11,46 @@ from __future__ import annotations
 import asyncio
 
 from service.audit.log import AuditLog
+from service.config import Settings
 from service.replay.apply import Replayer, records_as_lines
 from service.store.memory import MemoryStore
 from service.store.redis import RedisStore
 from service.timeutil import MICROS, wall_clock
 
 
-async def replay_audit(audit: AuditLog, campaign: str | None = None, as_of: int | None = None) -> Replayer:
-    records = await asyncio.to_thread(lambda: list(audit.records(campaign, None, None)))
-    replayer = Replayer(as_of)
-    await replayer.apply_all(records_as_lines(records))
-    return replayer
+async def replay_audit(
+    audit: AuditLog, settings: Settings, campaign: str | None = None, as_of: int | None = None
+) -> Replayer:
+    """The audit log replayed, in a worker thread: a long log must not stall the event loop."""
+
+    def replay() -> Replayer:
+        replayer = Replayer(as_of, settings)
+        asyncio.run(
+            replayer.apply_all(records_as_lines(audit.records(campaign, None, None if as_of is None else as_of + 1)))
+        )
+        return replayer
+
+    return await asyncio.to_thread(replay)
 
 
-async def restore_memory(audit: AuditLog, store: MemoryStore) -> list[str]:
-    replayer = await replay_audit(audit)
-    shift = wall_clock() - replayer.now
+async def restore_memory(audit: AuditLog, store: MemoryStore, settings: Settings) -> list[str]:
+    replayer = await replay_audit(audit, settings)
+    shift = (wall_clock() - replayer.now) // MICROS
     for campaign_id in replayer.campaigns:
         store.import_campaign(replayer.store.export_campaign(campaign_id), shift)
     return list(replayer.campaigns)
 
 
-async def rebuild_redis(audit: AuditLog, store: RedisStore, campaign: str | None = None) -> list[str]:
-    replayer = await replay_audit(audit, campaign)
+async def rebuild_redis(
+    audit: AuditLog, store: RedisStore, settings: Settings, campaign: str | None = None
+) -> list[str]:
+    replayer = await replay_audit(audit, settings, campaign)
     for campaign_id, config in replayer.campaigns.items():
         memory = replayer.store.export_campaign(campaign_id)
         snapshot = await replayer.store.snapshot(config)
         expiring: dict[str, tuple[str, int]] = {}
         for key, (expires, value) in memory.expiring.items():
-            remaining = round((expires - replayer.now) / MICROS)
+            remaining = expires - replayer.now // MICROS
             if remaining > 0:
                 text = "|".join(map(str, value)) if isinstance(value, tuple) else "1"
                 expiring[key] = (text, remaining)

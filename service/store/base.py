@@ -1,7 +1,7 @@
 """The state-store interface and the plain data it exchanges with the decision engine.
 
 The per-campaign state does not depend on the policy: raw counters per arm, plus a histogram of the
-pulls still inside the censoring window (per arm and time bucket: count, summed offset inside the bucket,
+pulls still inside the censoring window (per arm and time bucket: count, summed offset (ms) inside the bucket,
 summed exponential moments, conversions seen). Every field only ever grows by addition, so the state does
 not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
 A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
@@ -51,7 +51,7 @@ class Histogram:
     arm: np.ndarray  # int64 (n,)
     bucket: np.ndarray  # int64 (n,): floor(decided_at / bucket width)
     count: np.ndarray  # int64 (n,)
-    offset: np.ndarray  # int64 (n,): Σ (decided_at − bucket·width) in µs, so the mean pull time is exact
+    offset: np.ndarray  # int64 (n,): Σ (decided_at − bucket·width) in ms: the mean pull time to the millisecond
     converted: np.ndarray  # int64 (n,): counted conversions of these pulls
     moments: np.ndarray  # float64 (n, J): Σ exp(−λ_j·(bucket end − decided_at)) per exponential component
 

@@ -19,9 +19,10 @@ class Keys:
     def _tagged(self, campaign: str, name: str) -> str:
         return f"{self.prefix}:{{{campaign}}}:{name}"
 
-    def family(self, campaign: str) -> list[str]:
-        """Every fixed-name key of a campaign (request-id keys aside)."""
-        names = (self.config, self.counters, self.cells, self.audit, self.dedup, self.dedup_expiry)
+    def state(self, campaign: str) -> list[str]:
+        """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
+        audit log, nor request-id keys)."""
+        names = (self.config, self.counters, self.cells, self.dedup, self.dedup_expiry)
         return [name(campaign) for name in names]
 
     def config(self, campaign: str) -> str:

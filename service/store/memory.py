@@ -45,7 +45,7 @@ class CampaignMemory:
     campaign: Campaign
     counters: Counters
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
-    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires µs, value)
+    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires, s, value)
     audit: dict[str, list[Record]] = field(default_factory=dict)
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
 
@@ -120,7 +120,7 @@ class MemoryStore:
         cell.count += 1
         cell.offset += pull.offset
         cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
-        self._remember(memory, request_id, pull, ttl)
+        self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [{**pull.record, "seq": counters.decisions}])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
 
@@ -129,7 +129,7 @@ class MemoryStore:
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
-        self._remember(memory, request_id, pull, ttl)
+        self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [pull.record])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
@@ -181,8 +181,8 @@ class MemoryStore:
         return self._campaigns[campaign_id]
 
     def import_campaign(self, memory: CampaignMemory, clock_shift: int) -> None:
-        """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` µs (from the
-        replay's virtual clock to this store's clock). Its audit entries are already in the log."""
+        """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` seconds (from
+        the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
         self._campaigns[memory.campaign.id] = CampaignMemory(memory.campaign, memory.counters, memory.cells, expiring)
 
@@ -233,23 +233,25 @@ class MemoryStore:
         decision_id, arm, propensity = earlier  # type: ignore[misc]
         return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
 
-    def _remember(self, memory: CampaignMemory, request_id: str | None, pull: Pull, ttl: int) -> None:
+    def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
+        """Remember which decision ``request_id`` got (replays restore this for rebuilds)."""
         if request_id is not None:
+            memory = self._campaigns[campaign.id]
             self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
 
     def _get(self, memory: CampaignMemory, key: str) -> object | None:
         entry = memory.expiring.get(key)
-        if entry is None or entry[0] <= self._clock():
+        if entry is None or entry[0] <= self._clock() // MICROS:
             memory.expiring.pop(key, None)
             return None
         return entry[1]
 
     def _set(self, memory: CampaignMemory, key: str, value: object, ttl: int) -> None:
-        now = self._clock()
+        now = self._clock() // MICROS  # whole seconds, as Redis expires keys and the dedup sorted set
         if len(memory.expiring) >= memory.sweep_at:
             memory.expiring = {k: entry for k, entry in memory.expiring.items() if entry[0] > now}
             memory.sweep_at = max(_SWEEP_MINIMUM, 2 * len(memory.expiring))
-        memory.expiring[key] = (now + ttl * MICROS, value)
+        memory.expiring[key] = (now + ttl, value)
 
     def _set_new(self, memory: CampaignMemory, key: str, ttl: int) -> bool:
         """SET NX EX: True if the key was absent (or expired) and is now set."""

@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.audit.queue import QueueEntry
@@ -121,6 +122,8 @@ class RedisStore:
             yield
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise StoreUnavailable(f"Redis unreachable: {error}") from error
+        except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
+            raise StoreUnavailable(f"Redis refused the operation: {error}") from error
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
         async with self._reachable():
@@ -139,9 +142,8 @@ class RedisStore:
         created = await self._run(
             "create_campaign", self._campaign_keys(campaign.id), [campaign.model_dump_json(), orjson.dumps(record)]
         )
-        if created:
-            async with self._reachable():
-                await self.client.sadd(self.keys.registry(), campaign.id)
+        async with self._reachable():  # also when it existed: repairs a create interrupted before this step
+            await self.client.sadd(self.keys.registry(), campaign.id)
         return bool(created)
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None:
@@ -313,7 +315,7 @@ class RedisStore:
         remaining seconds."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(*self.keys.family(cid))
+            pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
             _write_histogram(pipe, self.keys.cells(cid), histogram)

@@ -198,3 +198,18 @@ async def test_audit_lease(store: StateStore) -> None:
     if isinstance(store, RedisStore):
         other = RedisStore("redis://unused", store.keys.prefix, client=store.client)
         assert not await other.claim_audit("c1", 5.0)
+
+
+async def test_value_sums_are_ieee_doubles_in_arrival_order(store: StateStore) -> None:
+    """Redis must add like Python (a replay recomputes the sums): HINCRBYFLOAT's long double would not."""
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    values = [0.1, 0.2, 0.7, 0.7, 0.7, 1 / 3]
+    for i, value in enumerate(values):
+        await store.record_decision(campaign, pull(campaign, 0, T0 + i, f"d{i}"), None, 60)
+        event = conversion(campaign, f"d{i}", 0, T0, f"e{i}")
+        await store.apply_conversions(campaign, [PreparedConversion(**{**event.__dict__, "value": value})])
+    expected = 0.0
+    for value in values:
+        expected += value
+    assert (await store.snapshot(campaign)).counters.conversions[0] == expected  # exact, not approximate

@@ -17,10 +17,20 @@ for i = 1, #stale, 1000 do
   redis.call('ZREM', expiry, unpack(chunk))
 end
 
+-- A field whose expiry has passed counts as absent even before the sweep above reaches it.
 local function first_time(field, expires)
-  if redis.call('HSETNX', seen, field, 1) == 0 then return false end
+  if redis.call('HSETNX', seen, field, 1) == 0 then
+    local until_ = tonumber(redis.call('ZSCORE', expiry, field))
+    if until_ and until_ > tonumber(ARGV[1]) then return false end
+  end
   redis.call('ZADD', expiry, expires, field)
   return true
+end
+
+-- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what a replay computes.
+local function add_float(key, field, value)
+  local total = (tonumber(redis.call('HGET', key, field)) or 0) + tonumber(value)
+  redis.call('HSET', key, field, string.format('%.17g', total))
 end
 
 local outcomes = {}
@@ -41,7 +51,7 @@ for i, event in ipairs(events) do
   elseif not counts then
     outcome = 'stale'
   else
-    redis.call('HINCRBYFLOAT', counters, 's:' .. arm, value)
+    add_float(counters, 's:' .. arm, value)
     local cell = arm .. ':' .. bucket .. ':'
     if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', 1) end
     outcome = 'counted'

@@ -3,6 +3,13 @@
 -- request ttl, audit record, moments e1..eJ.
 -- Returns {status, earlier decision or '', counters as HGETALL}: 0 new, 1 repeated, 2 paused, 3 unknown.
 local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
+
+-- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what a replay computes.
+local function add_float(key, field, value)
+  local total = (tonumber(redis.call('HGET', key, field)) or 0) + tonumber(value)
+  redis.call('HSET', key, field, string.format('%.17g', total))
+end
+
 if #KEYS == 4 then
   local earlier = redis.call('GET', KEYS[4])
   if earlier then return {1, earlier, redis.call('HGETALL', counters)} end
@@ -17,7 +24,7 @@ local cell = arm .. ':' .. ARGV[2] .. ':'
 redis.call('HINCRBY', cells, cell .. 'c', 1)
 redis.call('HINCRBY', cells, cell .. 'o', ARGV[3])
 for j = 8, #ARGV do
-  redis.call('HINCRBYFLOAT', cells, cell .. 'e' .. (j - 7), ARGV[j])
+  add_float(cells, cell .. 'e' .. (j - 7), ARGV[j])
 end
 if #KEYS == 4 then
   redis.call('SET', KEYS[4], ARGV[4] .. '|' .. arm .. '|' .. ARGV[5], 'EX', ARGV[6])
