@@ -179,7 +179,10 @@ class DecisionEngine:
         if result.status is DecisionStatus.PAUSED:
             fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
             result, outcome = await self.store.record_fallback(campaign, fallback, request_id, ttl), "fallback_paused"
-        await self._durable()
+        try:
+            await self._durable()
+        except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
+            metrics.STORE_ERRORS.labels("choose_audit").inc()
         return self._answer(campaign, result, outcome)
 
     def _pull(

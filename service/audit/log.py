@@ -23,6 +23,7 @@ from service.audit.records import Record
 
 INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 STREAM_CHUNK = 1_000
+STATEMENT_TIMEOUT_MS = 60_000
 
 
 def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
@@ -53,7 +54,15 @@ def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
         return create_engine(
             sqlalchemy_url,
             pool_pre_ping=True,
-            connect_args={"connect_timeout": 5},
+            # A hung server must not hold the writer (and every flush) for the kernel's TCP timeout.
+            connect_args={
+                "connect_timeout": 5,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
             use_insertmanyvalues=False,
             **options,
         )
@@ -114,6 +123,17 @@ class AuditLog:
                 statement = statement.execution_options(preserve_rowcount=True)
                 inserted += connection.execute(statement, values).rowcount
         return inserted
+
+    def last_entry(self) -> tuple[int, int]:
+        """The highest queue id written, so that a new in-process queue continues after it."""
+        with self.engine.connect() as connection:
+            keys = [
+                connection.execute(
+                    select(model.entry_ms, model.entry_seq).order_by(model.entry_ms.desc(), model.entry_seq.desc())
+                ).first()
+                for model in MODELS
+            ]
+        return max((tuple(key) for key in keys if key is not None), default=(0, 0))  # type: ignore[return-value]
 
     def campaigns(self) -> list[str]:
         """Every campaign the log knows (each one's first record is its creation)."""

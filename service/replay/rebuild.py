@@ -38,6 +38,7 @@ async def restore_memory(audit: AuditLog, store: MemoryStore, settings: Settings
     shift = (wall_clock() - replayer.now) // MICROS
     for campaign_id in replayer.campaigns:
         store.import_campaign(replayer.store.export_campaign(campaign_id), shift)
+    store.continue_after(await asyncio.to_thread(audit.last_entry))
     return list(replayer.campaigns)
 
 

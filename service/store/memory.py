@@ -217,6 +217,10 @@ class MemoryStore:
         if self._keep_audit:
             memory.audit[self._next_entry_id()] = records
 
+    def continue_after(self, entry: tuple[int, int]) -> None:
+        """Issue queue ids after ``entry`` (the last one in the audit log), even if the clock went back."""
+        self._last_entry = max(self._last_entry, entry)
+
     def _next_entry_id(self) -> str:
         """``<ms>-<seq>`` from the clock, never going backwards, as Redis stream ids: ids of a later
         process life sort after, and never collide with, the ones already in the audit log."""

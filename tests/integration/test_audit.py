@@ -417,3 +417,16 @@ async def test_run_drains_until_stopped(log: AuditLog) -> None:
     await asyncio.wait_for(task, timeout=5)
     assert await queue.audit_backlog() == 0
     assert writer.rows_written == len(list(log.records(None, None, None)))
+
+
+async def test_a_restarted_memory_queue_continues_after_the_last_logged_entry(log: AuditLog) -> None:
+    """Queue ids are the rows' keys: an embedded service whose clock went back must not reuse one (its rows
+    would be dropped as already written)."""
+    from service.store.memory import MemoryStore
+
+    record = {"type": "campaign", "campaign": "c", "at": 1, "action": "pause"}
+    log.write([QueueEntry("c", "9000000000000-4", [record]), QueueEntry("c", "8000-0", [record])])
+    assert log.last_entry() == (9_000_000_000_000, 4)
+    store = MemoryStore(clock=lambda: 1_000_000)  # a clock far behind the log
+    store.continue_after(log.last_entry())
+    assert store._next_entry_id() == "9000000000000-5"
