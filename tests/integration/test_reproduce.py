@@ -15,17 +15,14 @@ from service.cli import app
 from service.sim.reproductions import REPRODUCTIONS
 from service.sim.runner import simulate
 from service.sim.scenario import scenario_from_mapping
+from tests.unit.test_sim_scenario import CONTRACT_EXAMPLE
 
+# The CONTRACT.md example, shrunk to run in a moment.
 SCENARIO: dict[str, Any] = {
+    **CONTRACT_EXAMPLE,
     "horizon": 600,
     "runs": 6,
-    "seed": 1,
-    "arms": [0.5, 0.4, 0.3],
-    "reward": "bernoulli",
-    "delay": {"family": "geometric", "p": 0.01},
     "window": 200,
-    "feedback": "attributed",
-    "policies": [{"name": "delayed-klucb"}, {"name": "ucb1"}],
     "checkpoints": [100, 300, 600],
 }
 runner = CliRunner()
