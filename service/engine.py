@@ -19,7 +19,7 @@ from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus
 from service.exposure import Exposure, bucket_moments, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
-from service.policies.base import ArmStats
+from service.policies.base import EPS_N, ArmStats
 from service.store.base import (
     CampaignRefused,
     DecisionResult,
@@ -33,8 +33,6 @@ from service.store.base import (
 )
 from service.timeutil import MICROS, Clock, format_time
 from service.tokens import DecisionToken, TokenSigner, new_nonce
-
-EPS_EFFECTIVE = 1e-9
 
 
 class UnknownCampaign(LookupError):
@@ -201,7 +199,7 @@ class DecisionEngine:
         }  # fmt: skip
         if fallback:
             record["seq"] = None
-        return Pull(arm, now, bucket, offset, moments, decision_id, propensity, record)
+        return Pull(arm, bucket, offset, moments, decision_id, propensity, record)
 
     @staticmethod
     def _default_arm(campaign: Campaign) -> int:
@@ -349,7 +347,7 @@ def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[s
     index = policy.index(stats)[0]
     arms: dict[str, Any] = {}
     for k, arm in enumerate(campaign.arms):
-        defined = effective[k] > EPS_EFFECTIVE
+        defined = effective[k] > EPS_N
         arms[arm] = {
             "pulls": int(counters.pulls[k]),
             "conversions": _integral(counters.conversions[k]),

@@ -118,7 +118,7 @@ class Replayer:
         )
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
-        pull = Pull(arm, at, bucket, offset, moments, line["decision_id"], propensity, {})
+        pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {})
         if counted:  # every logged pull counts, whatever its request_id: the service counted it
             await self.store.record_decision(campaign, pull, None, self.request_ttl)
         self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)

@@ -72,7 +72,6 @@ class Pull:
     """A decision to record: the arm pulled, where it falls in the histogram, and its audit record."""
 
     arm: int
-    decided_at: int
     bucket: int
     offset: int
     moments: tuple[float, ...]

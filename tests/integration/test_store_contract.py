@@ -43,7 +43,7 @@ async def store(request) -> AsyncIterator[StateStore]:
 def pull(campaign: Campaign, arm: int, at: int, name: str) -> Pull:
     bucket, offset, moments = bucket_moments(campaign, at)
     record = {"type": "decision", "campaign": campaign.id, "decision_id": name, "arm": campaign.arms[arm], "at": at}
-    return Pull(arm, at, bucket, offset, moments, name, 0.5, record)
+    return Pull(arm, bucket, offset, moments, name, 0.5, record)
 
 
 def conversion(campaign: Campaign, name: str, arm: int, at: int, event_id: str | None, **flags) -> PreparedConversion:

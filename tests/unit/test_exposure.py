@@ -27,7 +27,7 @@ async def histogram_of(config: Campaign, times: np.ndarray, arms: np.ndarray):
     await store.create_campaign(config, {})
     for i, (at, arm) in enumerate(zip(times.tolist(), arms.tolist(), strict=True)):
         bucket, offset, moments = bucket_moments(config, at)
-        await store.record_decision(config, Pull(arm, at, bucket, offset, moments, f"d{i}", 1.0, {}), None, 60)
+        await store.record_decision(config, Pull(arm, bucket, offset, moments, f"d{i}", 1.0, {}), None, 60)
     return await store.snapshot(config)
 
 
