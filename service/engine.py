@@ -249,9 +249,10 @@ class DecisionEngine:
             except CampaignRefused as refused:
                 if str(refused) == "unknown":  # known to this worker, so the store lost it: retry later
                     raise lost_campaign(campaign_id) from refused
-                reason = Reason.CAMPAIGN_PAUSED
-                for index, _ in items:
-                    result.reject(index, Rejection(reason, f"campaign {campaign_id!r} is {refused}"))
+                applied = len(refused.applied)
+                self._tally(result, campaign, items[:applied], refused.applied)
+                for index, _ in items[applied:]:
+                    result.reject(index, Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign_id!r} is paused"))
                 continue
             self._tally(result, campaign, items, outcomes)
         await self._durable()

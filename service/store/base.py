@@ -26,7 +26,13 @@ class StoreUnavailable(RuntimeError):
 
 
 class CampaignRefused(RuntimeError):
-    """Feedback for a campaign that is unknown or paused; the message is the rejection reason."""
+    """Feedback for a campaign that is unknown or paused; the message is the rejection reason.
+    ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
+    applied in several atomic chunks can be paused between two of them)."""
+
+    def __init__(self, reason: str, applied: list[Outcome] | None = None) -> None:
+        super().__init__(reason)
+        self.applied = applied or []
 
 
 @dataclass

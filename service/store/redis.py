@@ -246,7 +246,10 @@ class RedisStore:
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for start in range(0, len(events), CONVERSIONS_PER_SCRIPT):
-            outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
+            try:
+                outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
+            except CampaignRefused as refused:
+                raise CampaignRefused(str(refused), outcomes) from None
         return outcomes
 
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:

@@ -213,3 +213,31 @@ async def test_value_sums_are_ieee_doubles_in_arrival_order(store: StateStore) -
     for value in values:
         expected += value
     assert (await store.snapshot(campaign)).counters.conversions[0] == expected  # exact, not approximate
+
+
+async def test_a_pause_between_chunks_reports_what_was_applied(redis_url: str, redis_prefix: str) -> None:
+    """Redis applies a large batch in atomic chunks; a pause landing between two of them must leave the
+    first chunk's outcomes visible to the caller, not report the whole batch as refused."""
+    from service.store import redis as redis_module
+
+    store = RedisStore(redis_url, redis_prefix)
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    size = redis_module.CONVERSIONS_PER_SCRIPT + 5
+    events = [conversion(campaign, f"d{i}", 0, T0, f"e{i}") for i in range(size)]
+    original = store._apply_chunk
+    calls = 0
+
+    async def pause_after_first(campaign_: Campaign, chunk: list[PreparedConversion]) -> list[Outcome]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            await store.set_status("c1", CampaignStatus.PAUSED, {})
+        return await original(campaign_, chunk)
+
+    store._apply_chunk = pause_after_first  # type: ignore[method-assign]
+    with pytest.raises(CampaignRefused) as refused:
+        await store.apply_conversions(campaign, events)
+    assert len(refused.value.applied) == redis_module.CONVERSIONS_PER_SCRIPT
+    assert set(refused.value.applied) == {Outcome.COUNTED}
+    await store.close()
