@@ -48,6 +48,8 @@ class CampaignMemory:
     expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires, s, value)
     audit: dict[str, list[Record]] = field(default_factory=dict)
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
+    histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
+    histogram_at: int = 0
 
 
 class MemoryStore:
@@ -88,13 +90,23 @@ class MemoryStore:
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
+        """Counters are always fresh; with ``max_age`` > 0 the histogram arrays built at most that many
+        seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B)."""
         memory = self._campaigns[campaign.id]
+        now = self._clock()
+        if memory.histogram is not None and now - memory.histogram_at <= max_age * MICROS:
+            return StateSnapshot(_copy(memory.counters), memory.histogram)
+        memory.histogram, memory.histogram_at = self._histogram(memory), now
+        return StateSnapshot(_copy(memory.counters), memory.histogram)
+
+    @staticmethod
+    def _histogram(memory: CampaignMemory) -> Histogram:
         cells = list(memory.cells.items())
-        components = len(campaign.exact_components)
+        components = len(memory.campaign.exact_components)
         if not cells:
-            return StateSnapshot(_copy(memory.counters), Histogram.empty(components))
+            return Histogram.empty(components)
         keys = np.array([key for key, _ in cells], dtype=np.int64)
-        histogram = Histogram(
+        return Histogram(
             arm=keys[:, 0],
             bucket=keys[:, 1],
             count=np.array([cell.count for _, cell in cells], dtype=np.int64),
@@ -102,7 +114,6 @@ class MemoryStore:
             converted=np.array([cell.converted for _, cell in cells], dtype=np.int64),
             moments=np.array([cell.moments for _, cell in cells], dtype=np.float64).reshape(len(cells), components),
         )
-        return StateSnapshot(_copy(memory.counters), histogram)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
@@ -174,6 +185,7 @@ class MemoryStore:
             cell = memory.cells.pop((arm, bucket), None)
             if cell is not None:
                 memory.counters.matured[arm] += cell.count
+        memory.histogram = None  # its folded cells now count in ``matured``
 
     # rebuilds -------------------------------------------------------------------------------------
 
