@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.audit.records import Outcome
 from service.campaign import Campaign, CampaignStatus
@@ -241,3 +244,76 @@ async def test_a_pause_between_chunks_reports_what_was_applied(redis_url: str, r
     assert len(refused.value.applied) == redis_module.CONVERSIONS_PER_SCRIPT
     assert set(refused.value.applied) == {Outcome.COUNTED}
     await store.close()
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("decide"), st.integers(0, 2), st.integers(0, 3 * 86_400), st.sampled_from([None, "r1", "r2"])
+        ),
+        st.tuples(
+            st.just("convert"),
+            st.integers(0, 30),  # which decision (by order; missing ones are attributed all the same)
+            st.sampled_from([None, "e1", "e2", "e3"]),
+            st.sampled_from([0.0, 0.1, 0.7, 1.0]),
+            st.booleans(),  # censored
+        ),
+        st.tuples(st.just("pause"), st.booleans()),
+        st.tuples(st.just("fold")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=operations)
+async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, steps: list[tuple]) -> None:
+    """The Lua scripts and the memory store must be one semantics: same outcomes, same state, same audit."""
+    prefix = f"lbprop{uuid.uuid4().hex[:10]}"
+    redis_store = RedisStore(redis_url, prefix, clock=lambda: T0)
+    stores: list[StateStore] = [MemoryStore(clock=lambda: T0), redis_store]
+    campaign = make_campaign()
+    seen: list[list[object]] = [[], []]
+    try:
+        for position, store in enumerate(stores):
+            await store.create_campaign(campaign, {"type": "campaign"})
+            for step in steps:
+                seen[position].append(await _apply(store, campaign, step))
+            state = await store.snapshot(campaign)
+            audit = [r for entry in await store.read_audit("c1", 1000) for r in entry.records]
+            hist = state.histogram
+            cells = zip(
+                hist.arm.tolist(), hist.bucket.tolist(), hist.count.tolist(), hist.converted.tolist(), strict=True
+            )
+            counters = state.counters
+            seen[position] += [counters.decisions, counters.pulls.tolist(), counters.conversions.tolist()]
+            seen[position] += [counters.matured.tolist(), sorted(cells), audit]
+        assert seen[0] == seen[1]
+    finally:
+        client = redis_store.client
+        for key in [key async for key in client.scan_iter(match=f"{prefix}:*")]:
+            await client.delete(key)
+        await redis_store.close()
+
+
+async def _apply(store: StateStore, campaign: Campaign, step: tuple) -> object:
+    kind = step[0]
+    if kind == "decide":
+        _, arm, seconds, request_id = step
+        at = T0 - seconds * 1_000_000
+        result = await store.record_decision(campaign, pull(campaign, arm, at, f"d{at}-{arm}"), request_id, 60)
+        return (result.status, result.decision_id)
+    if kind == "convert":
+        _, which, event_id, value, censored = step
+        event = conversion(campaign, f"d{which}", which % 3, T0 - which * 3_600_000_000, event_id, censored=censored)
+        try:
+            return await store.apply_conversions(campaign, [PreparedConversion(**{**event.__dict__, "value": value})])
+        except CampaignRefused as refused:
+            return str(refused)
+    if kind == "pause":
+        status = CampaignStatus.PAUSED if step[1] else CampaignStatus.ACTIVE
+        return (await store.set_status("c1", status, {"type": "campaign", "action": status.value})).status
+    state = await store.snapshot(campaign)
+    old = state.histogram.bucket < (T0 - 2 * 86_400 * 1_000_000) // campaign.bucket_width_us
+    await store.fold_matured(campaign, state.histogram.arm[old], state.histogram.bucket[old])
+    return int(old.sum())
