@@ -85,18 +85,26 @@ def parse_counters(raw: dict[bytes, bytes], arms: int) -> Counters:
 
 
 def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
-    cells: dict[tuple[int, int], list[float]] = {}
+    """The cells hash as arrays. Counts and offsets stay integers all the way (an offset sum can pass
+    2^53, where a float64 would round it); only the moments are floats."""
+    counts: dict[tuple[int, int], list[int]] = {}
+    moments: dict[tuple[int, int], list[float]] = {}
     slot = {b"c": 0, b"o": 1, b"v": 2}
     for field, value in raw.items():
         arm, bucket, kind = field.split(b":")
-        row = cells.setdefault((int(arm), int(bucket)), [0.0] * (3 + components))
-        row[slot[kind] if kind in slot else 2 + int(kind[1:])] = float(value) if kind[:1] == b"e" else int(value)
-    if not cells:
+        cell = (int(arm), int(bucket))
+        if kind in slot:
+            counts.setdefault(cell, [0, 0, 0])[slot[kind]] = int(value)
+        else:
+            moments.setdefault(cell, [0.0] * components)[int(kind[1:]) - 1] = float(value)
+    if not counts:
         return Histogram.empty(components)
-    keys = np.array(list(cells), dtype=np.int64)
-    values = np.array(list(cells.values()), dtype=np.float64)
-    ints = values[:, :3].astype(np.int64)
-    return Histogram(keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], values[:, 3:])
+    keys = np.array(list(counts), dtype=np.int64)
+    ints = np.array(list(counts.values()), dtype=np.int64)
+    floats = np.array([moments.get(cell, [0.0] * components) for cell in counts], dtype=np.float64)
+    return Histogram(
+        keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components)
+    )
 
 
 class RedisStore:
