@@ -5,23 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.policies.base import ArmStats, Choice, Policy
-from service.policies.baselines import KLUCB, UCB1, Fixed, Thompson, Uniform
+from service.policies.base import ArmStats, Choice, Policy, Setting
+from service.policies.baselines import KLUCB, UCB1, DelayedThompson, Fixed, Thompson, Uniform
+from service.policies.guha import GuhaBayes
 from service.policies.vernade import DelayedKLUCB, DelayedUCB
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB)
+    cls.name: cls
+    for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, DelayedThompson, GuhaBayes)
 }
 
 
-def make_policy(name: str, params: Mapping[str, Any], n_arms: int) -> Policy:
+def make_policy(name: str, params: Mapping[str, Any], n_arms: int, setting: Setting | None = None) -> Policy:
     """The named policy with validated params; ValueError naming what is wrong."""
     cls = POLICIES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
     if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
         raise ValueError(f"policy {name!r}: params must be an object with string keys")
-    return cls(n_arms, **params)
+    return cls(n_arms, setting, **params)
 
 
-__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "make_policy"]
+__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "Setting", "make_policy"]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from service.delays import DelayModel
 from service.policies.indices import exploration
 
 Array = np.ndarray
@@ -37,6 +38,17 @@ class ArmStats:
             raise ValueError("pulls, conversions and effective must share one (runs, arms) shape")
         if np.shape(self.t) != shape[:1]:
             raise ValueError("t must hold one round index per run")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a policy runs, for the policies whose defaults depend on it (guha-bayes): the horizon in
+    decisions (None in the service: no end is known), the delay model of each arm, and whether delays
+    are in seconds (service) or in rounds (simulator)."""
+
+    horizon: int | None
+    delays: tuple[DelayModel, ...]
+    seconds: bool
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,8 @@ class Policy(ABC):
     delay_corrected: ClassVar[bool] = False
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
-    def __init__(self, n_arms: int, **params: Any) -> None:
+    def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:
+        """``setting`` is accepted by every policy and used by those that take defaults from it."""
         if isinstance(n_arms, bool) or not isinstance(n_arms, numbers.Integral) or n_arms < 1:
             raise ValueError(f"policy {self.name!r} needs at least one arm (got {n_arms!r})")
         unknown = sorted(set(params) - set(self.PARAMS))
@@ -108,6 +121,11 @@ class Policy(ABC):
     def params(self) -> dict[str, Any]:
         """The resolved parameters, defaults included (shown to users)."""
         return dict(self._params)
+
+    def prepare(self, stats: ArmStats) -> Policy:
+        """The policy ready to decide from ``stats`` on: itself, except for policies that precompute a plan
+        (guha-bayes), which return a planned copy. Callers run it off the decision path."""
+        return self
 
     def effective_pulls(self, stats: ArmStats) -> np.ndarray:
         """The count the estimate divides by: the raw pulls, for a delay-naive policy."""

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from service.policies.base import ArmStats, Array, Choice, IndexPolicy, Param, Policy, uniform_among
+from service.policies.base import ArmStats, Array, Choice, IndexPolicy, Param, Policy, Setting, uniform_among
 from service.policies.indices import klucb_bernoulli
 
 MC_CHUNK = 1 << 20  # posterior draws held in memory at once by Thompson's propensity estimate
@@ -29,8 +29,8 @@ class Fixed(Policy):
     name: ClassVar[str] = "fixed"
     PARAMS: ClassVar[Mapping[str, Param]] = {"arm": Param(int, None, 0)}
 
-    def __init__(self, n_arms: int, **params: Any) -> None:
-        super().__init__(n_arms, **params)
+    def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:
+        super().__init__(n_arms, setting, **params)
         if self._params["arm"] >= self.n_arms:
             raise ValueError(f"policy 'fixed': arm must be an index below {self.n_arms} (got {self._params['arm']})")
 
@@ -69,10 +69,13 @@ class Thompson(Policy):
     name: ClassVar[str] = "thompson"
     PARAMS: ClassVar[Mapping[str, Param]] = {"propensity_samples": Param(int, 1000, 1, 1_000_000)}
 
-    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+    def posterior(self, stats: ArmStats) -> tuple[Array, Array]:
+        """Beta(1 + S, 1 + N − S): every pull not converted yet reads as a failure."""
         conversions = np.asarray(stats.conversions, dtype=np.float64)
-        alpha = 1.0 + conversions
-        beta = 1.0 + np.asarray(stats.pulls, dtype=np.float64) - conversions
+        return 1.0 + conversions, 1.0 + np.asarray(stats.pulls, dtype=np.float64) - conversions
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        alpha, beta = self.posterior(stats)
         arm = rng.beta(alpha, beta).argmax(axis=1)
         samples = self._params["propensity_samples"]
         per_chunk = max(1, MC_CHUNK // alpha.size)
@@ -81,3 +84,19 @@ class Thompson(Policy):
             draws = rng.beta(alpha, beta, size=(min(per_chunk, samples - start), *alpha.shape))
             hits += (draws.argmax(axis=2) == arm).sum(axis=0)
         return Choice(arm.astype(np.int64), (1.0 + hits) / (samples + 1.0))
+
+
+class DelayedThompson(Thompson):
+    """Thompson sampling on the posterior of matured outcomes, Beta(1 + S, 1 + max(Ñ − S, 0)) (guha.md §4.2,
+    issue 8): a pending pull counts as a failure only by its probability τ(age) of having converted by now,
+    which is the delay-corrected count Ñ = Σ τ(min(age, m)) of Vernade 2017."""
+
+    name: ClassVar[str] = "delayed-thompson"
+    delay_corrected: ClassVar[bool] = True
+
+    def effective_pulls(self, stats: ArmStats) -> np.ndarray:
+        return np.asarray(stats.effective, dtype=np.float64)
+
+    def posterior(self, stats: ArmStats) -> tuple[Array, Array]:
+        conversions = np.asarray(stats.conversions, dtype=np.float64)
+        return 1.0 + conversions, 1.0 + np.maximum(self.effective_pulls(stats) - conversions, 0.0)

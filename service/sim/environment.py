@@ -24,6 +24,7 @@ from service.sim.scenario import Scenario
 
 WORLD_STREAM = 0  # spawn keys: (WORLD_STREAM, run) for the world of a run, (POLICY_STREAM,) for policies
 POLICY_STREAM = 1
+PRIOR_STREAM = 2  # (PRIOR_STREAM, run): the arm means of a run drawn from the scenario's prior
 CHUNK = 1024  # rounds of outcomes drawn at once per run (memory: CHUNK·R·K doubles per table)
 RING_ELEMENTS = 1 << 23  # cap on the calendar ring (rounds·runs·channels doubles); later dues spill to a list
 BOUNDED_CONCENTRATION = 2.0  # bounded rewards ~ Beta(cθ, c(1−θ)): mean θ, variance θ(1−θ)/(c+1)
@@ -135,8 +136,8 @@ class Environment:
     def __init__(self, scenario: Scenario, runs: int | None = None, first_run: int = 0) -> None:
         self.scenario = scenario
         self.runs = scenario.runs if runs is None else runs
-        self.means = np.array(scenario.arms)
-        self.gaps = self.means.max() - self.means
+        self.means = self._means(scenario, first_run)  # (R, K)
+        self.gaps = self.means.max(axis=1, keepdims=True) - self.means
         self.window = scenario.window
         self._generators = [world_generator(scenario.seed, first_run + r) for r in range(self.runs)]
         self._delay_models = scenario.delays[:1] if scenario.shared_delay else scenario.delays
@@ -149,11 +150,22 @@ class Environment:
         self.round = 1  # the round being played
         self._rewards = self._delays = np.empty((0, self.runs, 0))
 
+    def _means(self, scenario: Scenario, first_run: int) -> np.ndarray:
+        """The arms' means per run: the scenario's, or drawn from its prior with a stream of their own (the
+        outcome and delay streams stay those of the run)."""
+        if scenario.prior is None:
+            return np.tile(np.array(scenario.arms), (self.runs, 1))
+        a, b = scenario.prior
+        draws = [
+            np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(PRIOR_STREAM, first_run + r)))
+            for r in range(self.runs)
+        ]
+        return np.stack([generator.beta(a, b, scenario.n_arms) for generator in draws])
+
     def _draw_chunk(self) -> None:
         """The next CHUNK rounds of every run: rewards (C, R, K) and delays (C, R, 1 or K)."""
-        means = self.means
         rewards, delays = [], []
-        for generator in self._generators:
+        for generator, means in zip(self._generators, self.means, strict=True):
             if self.scenario.reward == "bernoulli":
                 rewards.append(generator.random((CHUNK, means.size)) < means)
             else:

@@ -77,7 +77,7 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 def check_runnable(scenario: Scenario) -> None:
     """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it)."""
     for i, spec in enumerate(scenario.policies):
-        consumes = make_policy(spec.name, spec.params, scenario.n_arms).feedback
+        consumes = make_policy(spec.name, spec.params, scenario.n_arms, scenario.setting).feedback
         if consumes != scenario.feedback:
             raise ScenarioError(
                 f"policies[{i}] {spec.label!r} consumes {consumes} feedback, but this scenario's feedback is "
@@ -91,7 +91,8 @@ def run_policy(
     scenario: Scenario, spec: PolicySpec, progress: Progress | None = None, runs: int | None = None, first_run: int = 0
 ) -> PolicyResult:
     """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``."""
-    policy = make_policy(spec.name, spec.params, scenario.n_arms)
+    started = time.perf_counter()
+    policy = make_policy(spec.name, spec.params, scenario.n_arms, scenario.setting)
     env = Environment(scenario, runs, first_run)
     count = env.runs
     ledger = Ledger(count, scenario.n_arms)
@@ -100,8 +101,9 @@ def run_policy(
     rng = policy_generator(scenario.seed)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
-    regret, t, run_index = np.zeros(count), np.empty(count), np.arange(count)
-    point, reported, started = 0, 0, time.perf_counter()
+    regret, t, run_index = np.zeros(count), np.ones(count), np.arange(count)
+    policy = policy.prepare(feed.stats(t))  # guha-bayes solves its plan here; its time counts in seconds
+    point, reported = 0, 0
     for n in range(1, scenario.horizon + 1):
         t.fill(n)
         arms = policy.choose(feed.stats(t), rng).arm
@@ -110,14 +112,14 @@ def run_policy(
         exposure.push(arms)
         feed.record(pull)
         ledger.conversions += env.observe(env.end_round())
-        regret += env.gaps[arms]
+        regret += env.gaps[run_index, arms]
         if n == grid[point]:
             curve[point] = regret
             point += 1
         if progress is not None and (n % PROGRESS_EVERY == 0 or n == scenario.horizon):
             progress(n - reported)
             reported = n
-    weighted = exposure.effective() @ env.gaps
+    weighted = (exposure.effective() * env.gaps).sum(axis=1)
     return PolicyResult(spec.label, grid, curve, weighted, time.perf_counter() - started)
 
 

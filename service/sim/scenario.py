@@ -18,14 +18,17 @@ from typing import Any
 import yaml
 
 from service.delays import DelayModel, delay_from_spec
-from service.policies import make_policy
+from service.policies import Setting, make_policy
 
 REWARDS = ("bernoulli", "bounded")
 FEEDBACKS = ("attributed", "anonymous", "composite")
 # What a policy is shown (service/sim/feeds.py). None in a spec means the policy's own: "delayed" for a
 # delay-corrected policy, "naive" otherwise.
 FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin")
-KEYS = {"horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints"}
+KEYS = {
+    "horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints",
+    "prior",
+}  # fmt: skip
 POLICY_KEYS = {"name", "params", "label", "feed"}
 MAX_LABEL = 64
 
@@ -120,10 +123,15 @@ class Scenario:
     spread: int
     policies: tuple[PolicySpec, ...]
     checkpoints: tuple[int, ...]
+    prior: tuple[float, float] | None = None  # Beta(a, b): each run draws its own arm means from it
 
     @property
     def n_arms(self) -> int:
         return len(self.arms)
+
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.horizon, self.delays, seconds=False)
 
     def with_overrides(self, runs: int | None = None, seed: int | None = None) -> Scenario:
         """The same scenario with the CLI's --runs / --seed applied."""
@@ -146,6 +154,8 @@ class Scenario:
         }
         if self.feedback == "composite":
             out["spread"] = self.spread
+        if self.prior is not None:
+            out["prior"] = {"a": self.prior[0], "b": self.prior[1]}
         return out
 
 
@@ -210,7 +220,7 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
         _no_extra(data, POLICY_KEYS, where)
         name, params = data.get("name"), data.get("params", {})
         try:
-            policy = make_policy(name, _mapping(params, f"{where}.params"), len(scenario["arms"]))
+            policy = make_policy(name, _mapping(params, f"{where}.params"), len(scenario["arms"]), scenario["setting"])
         except ValueError as error:
             raise ScenarioError(f"{where}: {error}") from error
         label = data.get("label", name)
@@ -224,6 +234,24 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
     if repeated:
         raise ScenarioError(f"policies: label {repeated[0]!r} is used twice; give each entry its own 'label'")
     return tuple(specs)
+
+
+def _prior(value: object, arms: tuple[float, ...]) -> tuple[float, float] | None:
+    """Our extension: ``{"a": a, "b": b}`` draws every run's arm means from Beta(a, b), for Bayesian regret
+    averaged over the prior. ``arms`` keeps its meaning, each arm's mean (here: in expectation over runs),
+    so every entry must equal a/(a + b)."""
+    if value is None:
+        return None
+    data = _mapping(value, "prior")
+    _no_extra(data, {"a", "b"}, "prior")
+    a, b = (data.get(key) for key in ("a", "b"))
+    for key, number in (("a", a), ("b", b)):
+        if isinstance(number, bool) or not isinstance(number, numbers.Real) or not 0 < float(number) < 1e6:
+            raise ScenarioError(f"prior.{key} must be a number in (0, 1e6) (got {_show(number)})")
+    mean = float(a) / (float(a) + float(b))
+    if any(abs(arm - mean) > 1e-9 for arm in arms):
+        raise ScenarioError(f"with a prior, every entry of arms is the prior mean a/(a + b) = {mean:g}")
+    return float(a), float(b)
 
 
 def _checkpoints(value: object, horizon: int) -> tuple[int, ...]:
@@ -251,7 +279,9 @@ def scenario_from_mapping(data: object) -> Scenario:
     if "spread" in data and feedback != "composite":
         raise ScenarioError("spread is only used with feedback 'composite'")
     spread = _integer(data.get("spread"), "spread", 1) if feedback == "composite" else 1
-    context = {"arms": arms, "window": window, "shared_delay": shared}
+    context = {
+        "arms": arms, "window": window, "shared_delay": shared, "setting": Setting(horizon, delays, seconds=False)
+    }  # fmt: skip
     return Scenario(
         horizon=horizon,
         runs=_integer(data.get("runs", 100), "runs", 1),
@@ -265,6 +295,7 @@ def scenario_from_mapping(data: object) -> Scenario:
         spread=spread,
         policies=_policies(data["policies"], context),
         checkpoints=_checkpoints(data.get("checkpoints", [horizon]), horizon),
+        prior=_prior(data.get("prior"), arms),
     )
 
 

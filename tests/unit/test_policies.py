@@ -283,7 +283,7 @@ def test_batch_equals_one_run_calls(policy: Policy) -> None:
     singles = [row(data, r) for r in range(60)]
     for method in (policy.index, policy.estimate, policy.effective_pulls):
         np.testing.assert_array_equal(method(data), np.concatenate([method(single) for single in singles]))
-    if policy.name == "thompson":
+    if policy.name in ("thompson", "delayed-thompson"):
         return  # draws (R, K) posterior samples then (M, R, K): the stream is not split per run
     batch = policy.choose(data, np.random.default_rng(11))
     rng = np.random.default_rng(11)
@@ -314,8 +314,10 @@ def test_purity(policy: Policy) -> None:
 
 
 def test_registry_matches_contract_names() -> None:
-    assert set(POLICIES) == {"uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb"}
-    assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED
+    assert set(POLICIES) == {
+        "uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb", "delayed-thompson", "guha-bayes"
+    }  # fmt: skip
+    assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED | {"delayed-thompson", "guha-bayes"}
     assert {cls.feedback for cls in POLICIES.values()} == {"attributed"}
     assert all(cls.name == name for name, cls in POLICIES.items())
 

@@ -48,7 +48,7 @@ def play(env: Environment, rounds: int, seed: int = 0) -> tuple[list[Pull], list
     rng = np.random.default_rng(seed)
     pulls, arrivals = [], []
     for _ in range(rounds):
-        pulls.append(env.pull(rng.integers(0, env.means.size, env.runs)))
+        pulls.append(env.pull(rng.integers(0, env.scenario.n_arms, env.runs)))
         arrivals.append(env.end_round())
     return pulls, arrivals
 

@@ -39,7 +39,7 @@ def environment(window: int | None, delay: dict[str, Any] = DELAY) -> Environmen
 
 def drive(env: Environment, make: Any) -> tuple[list[ArmStats], list[Pull]]:
     """Random arms; the statistics the feed showed at every decision and the pulls."""
-    ledger = Ledger(env.runs, env.means.size)
+    ledger = Ledger(env.runs, env.scenario.n_arms)
     feed: Feed = make(ledger, env)
     exposure = exposure_for(env.scenario.delays, env.window, ROUNDS, env.runs)
     rng = np.random.default_rng(0)
