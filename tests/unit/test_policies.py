@@ -315,9 +315,11 @@ def test_purity(policy: Policy) -> None:
 
 def test_registry_matches_contract_names() -> None:
     assert set(POLICIES) == {
-        "uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb", "delayed-thompson", "guha-bayes"
+        "uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb", "delayed-thompson",
+        "guha-bayes",
     }  # fmt: skip
-    assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED | {"delayed-thompson", "guha-bayes"}
+    bayesian = {"delayed-thompson", "guha-bayes"}
+    assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED | bayesian
     assert {cls.feedback for cls in POLICIES.values()} == {"attributed"}
     assert all(cls.name == name for name, cls in POLICIES.items())
 
