@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.delays import DelayModel, delay_from_spec
 from service.ids import Identifier
-from service.policies import POLICIES, Policy, make_policy
+from service.policies import POLICIES, Policy, Setting, make_policy
 from service.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -37,14 +37,16 @@ class PolicySpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-def build_policy(spec: PolicySpec, arms: list[str]) -> Policy:
-    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices."""
+def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel) -> Policy:
+    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices. The service
+    knows no horizon (guha-bayes plans over its rolling window) and counts delays in seconds."""
     params = dict(spec.params)
     if spec.name == "fixed" and isinstance(params.get("arm"), str):
         if params["arm"] not in arms:
             raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
         params["arm"] = arms.index(params["arm"])
-    return make_policy(spec.name, params, len(arms))
+    delays = () if delay.family == "unknown" else (delay,) * len(arms)
+    return make_policy(spec.name, params, len(arms), Setting(None, delays, seconds=True))
 
 
 class CampaignSpec(BaseModel):
@@ -76,11 +78,11 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
         if self.policy.name not in POLICIES:
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
-        build_policy(self.policy, self.arms)
         try:
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
             raise ValueError(f"delay: {error}") from error
+        build_policy(self.policy, self.arms, model)
         if POLICIES[self.policy.name].delay_corrected:
             if model.family == "unknown":
                 raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
@@ -102,7 +104,7 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def policy_impl(self) -> Policy:
-        return build_policy(self.policy, self.arms)
+        return build_policy(self.policy, self.arms, self.delay_model)
 
     @cached_property
     def window_us(self) -> int:

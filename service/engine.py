@@ -19,7 +19,9 @@ from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus
 from service.exposure import Exposure, bucket_moments, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
+from service.planner import Planner
 from service.policies.base import EPS_N, ArmStats
+from service.policies.guha import GuhaBayes
 from service.store.base import (
     CampaignRefused,
     DecisionResult,
@@ -108,6 +110,7 @@ class DecisionEngine:
         self._after_write = after_write  # the embedded mode makes each write durable before answering
         self._in_history = in_history  # whether the audit log knows a campaign id (the store may have lost it)
         self._campaigns: dict[str, Campaign] = {}
+        self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
 
     # campaigns ------------------------------------------------------------------------------------
@@ -167,7 +170,7 @@ class DecisionEngine:
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
         stats = await self._stats(campaign, state, now)
-        choice = campaign.policy_impl.choose(stats, self.rng)
+        choice = self.planner.policy_for(campaign, stats).choose(stats, self.rng)
         pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
         ttl = math.ceil(self.options.request_ttl)
         result = await self.store.record_decision(campaign, pull, request_id, ttl)
@@ -299,6 +302,9 @@ class DecisionEngine:
         campaign = await self.campaign(campaign_id, fresh=True)
         as_of = self.clock() if at is None else at
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
+        planned = self.planner.planned(campaign)
+        if planned is not None or isinstance(campaign.policy_impl, GuhaBayes):
+            body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
         metrics.publish_arms(campaign.id, body["arms"])
         return body
 

@@ -74,6 +74,25 @@ AUDIT_LAG = Gauge(
     "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max"
 )
 
+PLAN_SECONDS = Gauge(
+    "latebandit_plan_seconds", "Wall time of the last plan solve (guha-bayes)", ["campaign"], multiprocess_mode="max"
+)
+PLAN_STATES = Gauge(
+    "latebandit_plan_states", "DP states of the last plan (guha-bayes)", ["campaign"], multiprocess_mode="max"
+)
+PLAN_BYTES = Gauge(
+    "latebandit_plan_memory_bytes",
+    "Memory of the last plan (guha-bayes): its tables, and the DP's working set while solving",
+    ["campaign", "kind"],
+    multiprocess_mode="max",
+)  # kind: tables, working
+PLANS = Counter("latebandit_plans_total", "Plan solves by result", ["campaign", "result"])  # result: ok, error
+PLAN_PENDING_DECISIONS = Counter(
+    "latebandit_plan_pending_decisions_total",
+    "Decisions served by the policy's fallback rule while its first plan was being solved",
+    ["campaign"],
+)
+
 _labelled: set[str] = set()
 
 

@@ -130,6 +130,7 @@ class Runtime:
 
     async def close(self) -> None:
         self.stop.set()
+        await self.engine.planner.close()
         for task in self.tasks:
             with contextlib.suppress(Exception):
                 await task

@@ -61,6 +61,13 @@ class ArmShape:
         return 2 * self.posteriors * self.horizon + 4 * self.posteriors
 
     @property
+    def working_bytes(self) -> int:
+        """Float64 (V, R, N) layers alive during a sweep: δ + 2 block-start layers, two streaming ones and
+        the candidate and chosen arrays of the current depth, each at most (D + 2)·(H + 1) values."""
+        layers = min(self.delay + 1, self.horizon) + 6
+        return 8 * 3 * layers * (self.depth + 2) * (self.horizon + 1)
+
+    @property
     def work(self) -> int:
         """Multiply-adds per λ: every block-start state sums (ℓ + 1) outcomes for each block size ℓ."""
         sizes = min(self.delay + 1, self.horizon)

@@ -108,6 +108,10 @@ class GuhaBayes(Policy):
         begin = int(stats.t[0]) if start is None else start
         return GuhaBayes(self.n_arms, self._setting, plan, begin, (successes[0], failures[0]), **p)
 
+    def replan_due(self, stats: ArmStats) -> bool:
+        """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""
+        return self.plan is None or int(stats.t[0]) - self.start >= self.plan.horizon // 2
+
     @staticmethod
     def resolved(stats: ArmStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Whole successes, failures and in-flight plays per (run, arm)."""
@@ -186,12 +190,13 @@ class GuhaBayes(Policy):
         return Choice(arm.astype(np.int64), np.ones(runs))
 
     def plan_state(self) -> dict[str, Any]:
-        """What the service shows in ``policy_state``."""
+        """What the service shows under ``policy_state.plan``."""
         plan = self.plan
         if plan is None:
-            return {"plan": "pending"}
+            return {"status": "solving"}
         return {
-            "plan": "ready", "multiplier": plan.multiplier, "mix": plan.mix, "lp_bound": plan.bound,
+            "status": "ready", "multiplier": plan.multiplier, "mix": plan.mix, "lp_bound": plan.bound,
             "order": list(plan.order), "horizon": plan.horizon, "delay_plays": plan.delay, "depth": plan.depth,
             "start": self.start, "states": plan.cost.states, "table_bytes": plan.cost.table_bytes,
+            "working_bytes": plan.cost.working_bytes,
         }  # fmt: skip

@@ -29,6 +29,7 @@ class PlanTooLarge(ValueError):
 class PlanCost:
     states: int  # block-start and streaming states over the distinct roots
     table_bytes: int
+    working_bytes: int  # the largest DP working set (arms are solved one after the other)
     work: int  # multiply-adds per λ
     solves: int  # single-arm DP sweeps made (bisection and the final P⁺, P⁻)
 
@@ -127,6 +128,7 @@ def solve_plan(roots: Sequence[tuple[float, float]], horizon: int, delay: int, d
     cost = PlanCost(
         states=sum(shape.states for shape in shapes),
         table_bytes=sum(shape.table_bytes for shape in shapes),
+        working_bytes=max(shape.working_bytes for shape in shapes),
         work=sum(shape.work for shape in shapes),
         solves=solves,
     )

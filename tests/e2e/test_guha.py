@@ -1,0 +1,68 @@
+"""guha-bayes served end to end on real Redis and PostgreSQL: creation with ``"params": {}``, the plan
+solved off the request path, choose and feedback, the plan in the state and the metrics, and the 422
+for a configuration too large to plan."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.e2e.server import cli, running, service_env
+from tests.e2e.test_embedded import iso
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
+
+BODY = {"id": "guha", "arms": ["a", "b", "c"], "policy": {"name": "guha-bayes", "params": {"horizon": 30}},
+        "delay": {"family": "fixed", "value": 2}, "window": 3600}  # fmt: skip
+
+
+def wait_for_plan(http, campaign: str, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        http.post("/choose", json={"campaign": campaign})  # the decision that finds no plan starts the solve
+        plan = http.get(f"/campaigns/{campaign}/state").json()["policy_state"]["plan"]
+        if plan["status"] == "ready":
+            return plan
+        time.sleep(0.5)
+    raise AssertionError("the plan was never solved")
+
+
+def test_guha_campaign_end_to_end(tmp_path, redis_url, redis_prefix, postgres_url) -> None:
+    env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix, database_url=postgres_url)
+    cli(env, tmp_path, "migrate")
+    with running(env, tmp_path) as server, server.client() as http:
+        default = http.post("/campaigns", json={**BODY, "id": "guha-defaults", "policy": {"name": "guha-bayes"}})
+        assert default.status_code == 201, default.text
+        resolved = default.json()["policy"]["resolved_params"]
+        assert (resolved["horizon"], resolved["delay"], resolved["prior_a"]) == (200, 2, 1.0)  # window; p95 · 1/s
+
+        too_large = {
+            **BODY,
+            "id": "too-large",
+            "policy": {"name": "guha-bayes", "params": {"horizon": 5000, "depth": 5000}},
+        }
+        refused = http.post("/campaigns", json=too_large)
+        assert refused.status_code == 422 and "plan would have" in refused.json()["detail"]
+        no_delay = http.post("/campaigns", json={**BODY, "id": "no-delay", "delay": {"family": "unknown"}})
+        assert no_delay.status_code == 422 and "delay" in no_delay.json()["detail"]
+        assert http.get("/campaigns/too-large").status_code == 404
+
+        assert http.post("/campaigns", json=BODY).status_code == 201
+        plan = wait_for_plan(http, "guha")
+        assert plan["horizon"] == 30 and plan["delay_plays"] == 2 and plan["states"] > 0
+        assert plan["lp_bound"] <= 30 and sorted(plan["order"]) == [0, 1, 2]
+        decisions = [http.post("/choose", json={"campaign": "guha"}).json() for _ in range(12)]
+        assert all(d["policy"] == "guha-bayes" and not d["fallback"] and d["propensity"] == 1.0 for d in decisions)
+        assert BODY["arms"][plan["order"][0]] in {d["arm"] for d in decisions}  # the top-priority arm plays
+        now = iso(datetime.now(UTC))
+        events = [{"type": "conversion", "decision_id": d["decision_id"], "occurred_at": now} for d in decisions[:5]]
+        assert http.post("/feedback", json={"events": events}).json()["accepted"] == 5
+        state = http.get("/campaigns/guha/state").json()
+        assert sum(row["conversions"] for row in state["arms"].values()) == 5
+        assert state["decisions"] == sum(row["pulls"] for row in state["arms"].values()) >= 13
+        metrics = http.get("/metrics").text
+        for name in ("latebandit_plan_seconds", "latebandit_plan_states", "latebandit_plan_memory_bytes"):
+            assert f'{name}{{campaign="guha"' in metrics
+        assert 'latebandit_plans_total{campaign="guha",result="ok"}' in metrics
