@@ -243,6 +243,35 @@ def reproduce(
         raise typer.Exit(2) from None
 
 
+@app.command()
+def plan(
+    campaign: Annotated[Path, typer.Argument(help="a campaign body (JSON, CONTRACT.md) whose policy is guha-bayes")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the measurements as JSON here")] = None,
+) -> None:
+    """Solve a guha-bayes campaign's plan as the service would, and report its cost: seconds, peak memory,
+    DP states, table bytes, and the plan (multiplier, mix, LP bound, priority order)."""
+    from pydantic import ValidationError
+
+    from service.campaign import CampaignSpec
+    from service.plan_cost import measure_plan
+
+    try:
+        spec = CampaignSpec.model_validate_json(campaign.read_bytes())
+    except ValidationError as invalid:
+        console.print(f"[red]error:[/] {invalid.errors()[0]['msg']}")
+        raise typer.Exit(2) from None
+    report = measure_plan(spec)
+    table = Table(title=f"guha-bayes plan of {report['campaign']}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        if key != "campaign":
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+
 def main() -> None:
     """The console script: expected failures (bad input, an unreachable server, a schema behind) print
     one clear line instead of a traceback."""

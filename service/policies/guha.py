@@ -33,7 +33,7 @@ from service.policies.base import ArmStats, Choice, Param, Policy, Setting
 from service.policies.blockstream import QUIT, STREAM, triangle
 from service.policies.guha_plan import Plan, check_size, largest_depth, shapes_for, solve_plan
 
-PLANNING_WINDOW = 200  # plays in the service's rolling planning window (guha.md §3.5) when none is given
+PLANNING_WINDOW = 100  # plays in the service's rolling planning window (guha.md §3.5) when none is given
 MAX_DELAY_SEARCH = 1 << 40
 
 
@@ -54,7 +54,7 @@ def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
 
 class GuhaBayes(Policy):
     """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``horizon`` (plays planned:
-    the scenario's horizon, or the service's rolling window of 200 plays); ``delay`` (δ in plays: the
+    the scenario's horizon, or the service's rolling window of 100 plays); ``delay`` (δ in plays: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
     service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon)."""
 
@@ -88,10 +88,13 @@ class GuhaBayes(Policy):
             rate = resolved["decisions_per_second"] if setting.seconds else 1.0
             resolved["delay"] = max(delay_in_plays(m, resolved["delay_quantile"], rate) for m in setting.delays)
         a, b, horizon, delay = resolved["prior_a"], resolved["prior_b"], resolved["horizon"], resolved["delay"]
+        # A simulation plans once, from the shared prior: one DP. The service re-plans from each arm's own
+        # posterior (guha.md §3.5): up to one DP per arm, which is what its caps must allow.
+        roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
         if resolved["depth"] == 0:
-            resolved["depth"] = largest_depth(a, b, horizon, delay, self.n_arms)
+            resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
         resolved["depth"] = min(resolved["depth"], horizon)
-        check_size(shapes_for([(a, b)], horizon, delay, resolved["depth"]) * self.n_arms)
+        check_size(shapes_for([(a, b)], horizon, delay, resolved["depth"]) * roots)
         self._setting = setting
         self.plan = plan
         self.start = start

@@ -36,7 +36,7 @@ def test_guha_campaign_end_to_end(tmp_path, redis_url, redis_prefix, postgres_ur
         default = http.post("/campaigns", json={**BODY, "id": "guha-defaults", "policy": {"name": "guha-bayes"}})
         assert default.status_code == 201, default.text
         resolved = default.json()["policy"]["resolved_params"]
-        assert (resolved["horizon"], resolved["delay"], resolved["prior_a"]) == (200, 2, 1.0)  # window; p95 · 1/s
+        assert (resolved["horizon"], resolved["delay"], resolved["prior_a"]) == (100, 2, 1.0)  # window; p95 · 1/s
 
         too_large = {
             **BODY,

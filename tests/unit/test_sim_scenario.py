@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
+from service.sim.environment import Environment
 from service.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
 
 CONTRACT_EXAMPLE: dict[str, Any] = {
@@ -126,3 +128,18 @@ def test_file_errors_name_the_file(tmp_path: Path, name: str, text: str, message
         load_scenario(path)
     with pytest.raises(ScenarioError, match="cannot read it"):
         load_scenario(tmp_path / "missing.yaml")
+
+
+def test_a_prior_draws_each_runs_means_and_keeps_arms_as_the_prior_mean() -> None:
+    base = {"horizon": 5, "arms": [0.25, 0.25, 0.25], "delay": {"family": "fixed", "value": 1},
+            "policies": [{"name": "ucb1"}], "prior": {"a": 1, "b": 3}}  # fmt: skip
+    scenario = scenario_from_mapping({**base, "runs": 4000})
+    assert scenario.prior == (1.0, 3.0) and scenario.to_json()["prior"] == {"a": 1.0, "b": 3.0}
+    means = Environment(scenario).means
+    assert means.shape == (4000, 3) and abs(means.mean() - 0.25) < 0.01 and means.std() > 0.15
+    alone = Environment(scenario_from_mapping({**base, "runs": 1}), first_run=17).means
+    np.testing.assert_array_equal(alone[0], means[17])  # run r draws the same means in any batch
+    with pytest.raises(ScenarioError, match=r"prior mean a/\(a \+ b\) = 0.25"):
+        scenario_from_mapping({**base, "arms": [0.5, 0.25, 0.25]})
+    with pytest.raises(ScenarioError, match=r"prior\.b must be"):
+        scenario_from_mapping({**base, "prior": {"a": 1, "b": 0}})
