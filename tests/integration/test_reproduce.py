@@ -127,3 +127,25 @@ def test_reproduce_runs_a_figure_and_reports_references_and_checks(tmp_path: Pat
     assert len(row["ours"]) == 4
     assert all(isinstance(check["passed"], bool) for check in document["checks"]) and document["checks"]
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reproduce_guha_lp_gap_and_plan_cost(tmp_path: Path) -> None:
+    """The feasible guha-bayes policy between half the LP bound and OPT at the spec's settings (fixed seed),
+    and `latebandit plan` reporting a solve's cost."""
+    out = tmp_path / "gap.json"
+    result = runner.invoke(app, ["reproduce", "guha-lp-gap", "--runs", "400", "--json", str(out)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    checks = json.loads(out.read_text())["checks"]
+    assert len(checks) == 6 and all(check["passed"] for check in checks), checks
+    body = {"id": "g", "arms": ["a", "b"], "policy": {"name": "guha-bayes", "params": {"horizon": 12}},
+            "delay": {"family": "fixed", "value": 2}}  # fmt: skip
+    campaign, report = tmp_path / "campaign.json", tmp_path / "plan.json"
+    campaign.write_text(json.dumps(body))
+    planned = runner.invoke(app, ["plan", str(campaign), "--json", str(report)], terminal_width=200)
+    assert planned.exit_code == 0, planned.output
+    document = json.loads(report.read_text())
+    assert document["params"]["delay"] == 2 and document["states"] == 2 * 91 * 13  # (D+1)(D+2)/2·(H+1), twice
+    assert document["peak_memory_bytes"] > 0 and document["seconds"] > 0 and document["dp_sweeps"] > 10
+    assert abs(document["lp_bound"] - document["dual"]) < 1e-6
+    refused = runner.invoke(app, ["plan", str(write(tmp_path, {**body, "policy": {"name": "ucb1"}}, "u.json"))])
+    assert refused.exit_code != 0
