@@ -100,16 +100,15 @@ class GuhaBayes(Policy):
         self.start = start
         self.base = base
 
-    def prepare(self, stats: ArmStats, start: int | None = None) -> GuhaBayes:
+    def prepare(self, stats: ArmStats) -> GuhaBayes:
         """This policy with its plan solved from the first run's current posteriors (the prior at the
-        start); ``start`` is the decision index the plan's clock starts at (default: stats.t)."""
+        start), its clock starting at the decision index stats.t."""
         a, b = self._params["prior_a"], self._params["prior_b"]
         successes, failures, _ = self.resolved(stats)
         roots = [(a + s, b + f) for s, f in zip(successes[0], failures[0], strict=True)]
         p = self._params
         plan = solve_plan(roots, p["horizon"], p["delay"], p["depth"])
-        begin = int(stats.t[0]) if start is None else start
-        return GuhaBayes(self.n_arms, self._setting, plan, begin, (successes[0], failures[0]), **p)
+        return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **p)
 
     def replan_due(self, stats: ArmStats) -> bool:
         """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""
@@ -169,28 +168,25 @@ class GuhaBayes(Policy):
             out[:, k] = live & (in_flight[:, k] < cap)
         return out
 
+    def _rank(self) -> np.ndarray:
+        """(K,) each arm's place in the plan's priority order, 0 first (all 0 without a plan)."""
+        rank = np.zeros(self.n_arms)
+        if self.plan is not None:
+            rank[list(self.plan.order)] = np.arange(self.n_arms)
+        return rank
+
     def index(self, stats: ArmStats) -> np.ndarray:
         """The priority rank of the arms that want a play (lower first), nan for the others."""
-        if self.plan is None:
-            return super().index(stats)
-        rank = np.empty(self.n_arms)
-        rank[list(self.plan.order)] = np.arange(self.n_arms)
-        return np.where(self.wants(stats), rank[None, :], np.nan)
+        return np.where(self.wants(stats), self._rank()[None, :], np.nan)
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         """The first arm in priority order whose plan wants a play; else the highest posterior mean
         (ties: lowest index). Deterministic: propensity 1."""
         wants = self.wants(stats)
-        runs = wants.shape[0]
-        if self.plan is not None:
-            rank = np.full(self.n_arms, 0.0)
-            rank[list(self.plan.order)] = np.arange(self.n_arms, 0, -1)
-            planned = np.where(wants, rank[None, :], -math.inf).argmax(axis=1)
-        else:
-            planned = np.zeros(runs, dtype=np.int64)
+        planned = np.where(wants, self._rank()[None, :], math.inf).argmin(axis=1)
         filler = self.estimate(stats).argmax(axis=1)
         arm = np.where(wants.any(axis=1), planned, filler)
-        return Choice(arm.astype(np.int64), np.ones(runs))
+        return Choice(arm.astype(np.int64), np.ones(wants.shape[0]))
 
     def plan_state(self) -> dict[str, Any]:
         """What the service shows under ``policy_state.plan``."""
