@@ -56,7 +56,9 @@ class GuhaBayes(Policy):
     """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``horizon`` (plays planned:
     the scenario's horizon, or the service's rolling window of 100 plays); ``delay`` (δ in plays: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
-    service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon)."""
+    service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon);
+    ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan wants it
+    (guha.md A9), 1 to the one of highest posterior mean among them [ours, see docs/reproductions.md]."""
 
     name: ClassVar[str] = "guha-bayes"
     delay_corrected: ClassVar[bool] = True
@@ -68,6 +70,7 @@ class GuhaBayes(Policy):
         "depth": Param(int, 0, 0),
         "delay_quantile": Param(float, 0.95, 0.5, 0.999),
         "decisions_per_second": Param(float, 1.0, 1e-6, 1e6),
+        "priority": Param(int, 0, 0, 1),
     }
 
     def __init__(
@@ -180,11 +183,16 @@ class GuhaBayes(Policy):
         return np.where(self.wants(stats), self._rank()[None, :], np.nan)
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
-        """The first arm in priority order whose plan wants a play; else the highest posterior mean
-        (ties: lowest index). Deterministic: propensity 1."""
+        """The first arm in priority order whose plan wants a play (or, with ``priority`` 1, the one of
+        highest posterior mean among them); else the highest posterior mean overall (ties: lowest index).
+        Deterministic: propensity 1."""
         wants = self.wants(stats)
-        planned = np.where(wants, self._rank()[None, :], math.inf).argmin(axis=1)
-        filler = self.estimate(stats).argmax(axis=1)
+        estimate = self.estimate(stats)
+        if self._params["priority"] == 1:
+            planned = np.where(wants, estimate, -math.inf).argmax(axis=1)
+        else:
+            planned = np.where(wants, self._rank()[None, :], math.inf).argmin(axis=1)
+        filler = estimate.argmax(axis=1)
         arm = np.where(wants.any(axis=1), planned, filler)
         return Choice(arm.astype(np.int64), np.ones(wants.shape[0]))
 
