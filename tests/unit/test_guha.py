@@ -243,3 +243,27 @@ def test_a_fixed_delay_resolves_exactly_and_the_plan_plays_the_spec_root_action(
     planned = policy.prepare(fresh)
     assert planned.plan.bound == pytest.approx(6.241514, abs=1e-6)
     assert planned.choose(fresh, np.random.default_rng(0)).arm.tolist() == [planned.plan.order[0]]
+
+
+def test_delayed_thompson_counts_a_pending_pull_by_its_chance_of_having_converted() -> None:
+    stats = ArmStats(np.array([[10.0, 4.0]]), np.array([[3.0, 1.0]]), np.array([[6.5, 0.5]]), np.array([15]))
+    delayed, naive = make_policy("delayed-thompson", {}, 2), make_policy("thompson", {}, 2)
+    alpha, beta = delayed.posterior(stats)
+    np.testing.assert_allclose(alpha, [[4.0, 2.0]])
+    np.testing.assert_allclose(beta, [[4.5, 1.0]])  # 1 + Ñ − S, never below 1 (Ñ = 0.5 < S = 1)
+    resolved = ArmStats(stats.pulls, stats.conversions, stats.pulls, stats.t)
+    np.testing.assert_array_equal(delayed.posterior(resolved), naive.posterior(resolved))
+
+
+def test_delayed_thompson_beats_thompson_under_long_delays() -> None:
+    """K = 2, T = 100, δ = 20 with prior draws: the delay-naive posterior reads every pending pull as a
+    failure and over-explores; paired over 600 runs the corrected one has lower regret by > 3 SE."""
+    sc = scenario_from_mapping(
+        {"horizon": 100, "runs": 600, "seed": 5, "arms": [0.5, 0.5], "prior": {"a": 1, "b": 1},
+         "delay": {"family": "fixed", "value": 20},
+         "policies": [{"name": "delayed-thompson", "params": {"propensity_samples": 1}},
+                      {"name": "thompson", "params": {"propensity_samples": 1}}]}
+    )  # fmt: skip
+    delayed, naive = (run_policy(sc, spec).final for spec in sc.policies)
+    difference = delayed - naive
+    assert difference.mean() + 3 * difference.std(ddof=1) / np.sqrt(difference.size) < 0
