@@ -14,6 +14,8 @@ import asyncio
 import logging
 import time
 
+import numpy as np
+
 from service import metrics
 from service.campaign import Campaign
 from service.policies import ArmStats, Policy
@@ -49,7 +51,11 @@ class Planner:
         running = self._solving.get(campaign.id)
         if running is not None and not running.done():
             return
-        self._solving[campaign.id] = asyncio.get_running_loop().create_task(self._solve(campaign, stats))
+        # a copy: the store may update its counter arrays in place while the thread solves
+        frozen = ArmStats(
+            *(np.array(part, copy=True) for part in (stats.pulls, stats.conversions, stats.effective, stats.t))
+        )
+        self._solving[campaign.id] = asyncio.get_running_loop().create_task(self._solve(campaign, frozen))
 
     async def _solve(self, campaign: Campaign, stats: ArmStats) -> None:
         label = metrics.campaign_label(campaign.id)

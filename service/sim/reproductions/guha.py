@@ -19,7 +19,7 @@ from service.sim.reproductions.base import Check, Panel, Reproduction, Results, 
 from service.sim.runner import mean_and_error
 from service.sim.scenario import scenario_from_mapping
 
-PAPER = "guha-bayes"
+PAPER = "guha"
 SEED = 2013
 # guha.md §6 T2 (δ = 0) and T3: the exact Bayes-optimal value of two Beta(1, 1) arms under delay δ.
 OPT_DELAY = {(10, 0): 6.021786, (4, 1): 2.166667, (6, 1): 3.394444, (8, 1): 4.638492, (8, 2): 4.515278,
