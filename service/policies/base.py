@@ -30,6 +30,7 @@ class ArmStats:
     conversions: np.ndarray  # (R, K) S_k, counted conversions (already censored at the window)
     effective: np.ndarray  # (R, K) Ñ_k = Σ τ(min(age, m)), from the delay model
     t: np.ndarray  # (R,) index of the round being decided = decisions so far + 1
+    pending: np.ndarray | None = None  # (R, K) pulls inside the window with no conversion seen (outcome unknown)
 
     def __post_init__(self) -> None:
         shape = np.shape(self.pulls)
