@@ -18,9 +18,11 @@ from service import metrics
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus
 from service.exposure import Exposure, bucket_moments, exposure
-from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
+from service.feedback import Conversion, Reason, Rejection, anonymous_event, campaign_of, parse_conversion, prepare
 from service.policies.base import EPS_N, ArmStats
+from service.scheduling import Scheduler, describe_schedule
 from service.store.base import (
+    AnonymousEvent,
     CampaignRefused,
     DecisionResult,
     DecisionStatus,
@@ -109,6 +111,7 @@ class DecisionEngine:
         self._in_history = in_history  # whether the audit log knows a campaign id (the store may have lost it)
         self._campaigns: dict[str, Campaign] = {}
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
+        self.scheduler = Scheduler(store, rng, self._pull)
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -165,12 +168,16 @@ class DecisionEngine:
                                 "fallback_store_down")  # fmt: skip
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
-        state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-        stats = await self._stats(campaign, state, now)
-        choice = campaign.policy_impl.choose(stats, self.rng)
-        pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
         ttl = math.ceil(self.options.request_ttl)
-        result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if campaign.plans:
+            claim = await self.scheduler.claim(campaign, now, request_id, ttl)
+            result = DecisionResult(DecisionStatus(claim.status.value), claim.decision_id, claim.arm, claim.propensity)
+        else:
+            state = await self.store.snapshot(campaign, self.options.snapshot_interval)
+            stats = await self._stats(campaign, state, now)
+            choice = campaign.policy_impl.choose(stats, self.rng)
+            pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
+            result = await self.store.record_decision(campaign, pull, request_id, ttl)
         if result.status is DecisionStatus.UNKNOWN:
             raise lost_campaign(campaign.id)
         outcome = result.status.value
@@ -234,7 +241,7 @@ class DecisionEngine:
         reached; events already applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
-        by_campaign: dict[str, list[tuple[int, PreparedConversion]]] = defaultdict(list)
+        by_campaign: dict[str, list[tuple[int, Any]]] = defaultdict(list)
         for index, raw in enumerate(events):
             try:
                 campaign, prepared = await self._validate(raw, now)
@@ -245,6 +252,10 @@ class DecisionEngine:
         for campaign_id, items in by_campaign.items():
             campaign = await self.campaign(campaign_id)
             try:
+                if campaign.plans:
+                    sums = await self.scheduler.apply(campaign, [event for _, event in items])
+                    self._tally_anonymous(result, campaign, items, sums)
+                    continue
                 outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
             except CampaignRefused as refused:
                 if str(refused) == "unknown":  # known to this worker, so the store lost it: retry later
@@ -258,17 +269,21 @@ class DecisionEngine:
         await self._durable()
         return result
 
-    async def _validate(self, raw: Any, now: int) -> tuple[Campaign, PreparedConversion]:
+    async def _validate(self, raw: Any, now: int) -> tuple[Campaign, PreparedConversion | AnonymousEvent]:
         skew = round(self.options.max_skew * MICROS)
         named = campaign_of(raw)
         if named is not None:
             campaign = await self._known(named)
-            raise Rejection(
-                Reason.WRONG_FEEDBACK_KIND,
-                f"policy {campaign.policy.name!r} learns from attributed conversions, not {raw['type']} events",
-            )
+            if not campaign.plans:
+                raise Rejection(
+                    Reason.WRONG_FEEDBACK_KIND,
+                    f"policy {campaign.policy.name!r} learns from attributed conversions, not {raw['type']} events",
+                )
+            return campaign, anonymous_event(campaign, raw, self.signer, now, skew, self.options.dedup_retention)
         conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
         campaign = await self._known(conversion.campaign)
+        if campaign.plans:
+            return campaign, anonymous_event(campaign, raw, self.signer, now, skew, self.options.dedup_retention)
         return campaign, prepare(campaign, conversion, now, self.options.dedup_retention)
 
     async def _known(self, campaign_id: str) -> Campaign:
@@ -293,11 +308,36 @@ class DecisionEngine:
         result.accepted += len(outcomes) - tally[Outcome.DUPLICATE]
         result.censored += tally[Outcome.CENSORED]
 
+    @staticmethod
+    def _tally_anonymous(
+        result: FeedbackResult, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[str]
+    ) -> None:
+        label = metrics.campaign_label(campaign.id)
+        for (index, event), outcome in zip(items, outcomes, strict=True):
+            if outcome == Outcome.PHASE_CLOSED:
+                detail = "its interval reaches back before the feedback the policy already closed; recorded, not used"
+                result.reject(index, Rejection(Reason.PHASE_CLOSED, detail))
+            elif outcome == "before_decision":
+                result.reject(index, Rejection(Reason.BEFORE_DECISION, "it precedes the campaign's first decision"))
+            elif outcome == Outcome.DUPLICATE:
+                result.duplicates += 1
+            else:
+                result.accepted += 1
+            if outcome != "before_decision":
+                metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
+
     # state ----------------------------------------------------------------------------------------
 
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
         campaign = await self.campaign(campaign_id, fresh=True)
         as_of = self.clock() if at is None else at
+        if campaign.plans:
+            snapshot = await self.store.snapshot(campaign, 0.0)
+            arms, policy_state = describe_schedule(
+                campaign, snapshot.counters, await self.store.schedule_view(campaign)
+            )
+            return {"campaign": campaign.id, "policy": campaign.policy.name, "decisions": snapshot.counters.decisions,
+                    "as_of": format_time(as_of), "arms": arms, "policy_state": policy_state}  # fmt: skip
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         metrics.publish_arms(campaign.id, body["arms"])
         return body
@@ -315,6 +355,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
         conversions=counters.conversions[None, :],
         effective=seen.effective[None, :],
         t=np.array([counters.decisions + 1]),
+        pending=seen.pending[None, :].astype(np.float64),
     )
 
 

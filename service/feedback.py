@@ -15,7 +15,7 @@ from typing import Any
 from service.audit.records import Record
 from service.campaign import Campaign
 from service.ids import is_identifier
-from service.store.base import PreparedConversion
+from service.store.base import AnonymousEvent, PreparedConversion
 from service.timeutil import MICROS, parse_time
 from service.tokens import InvalidToken, TokenSigner
 
@@ -31,6 +31,7 @@ class Reason(StrEnum):
     VALUE_OUT_OF_RANGE = "value_out_of_range"
     WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
     CAMPAIGN_PAUSED = "campaign_paused"
+    PHASE_CLOSED = "phase_closed"  # an aggregate for slots whose feedback a planning policy already closed
 
 
 class Rejection(ValueError):
@@ -75,7 +76,7 @@ def _value(raw: dict[str, Any], upper: float) -> float:
     value = raw.get("value", 1.0)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Rejection(Reason.MALFORMED_EVENT, "value must be a number")
-    if not math.isfinite(value) or not 0.0 <= value <= upper:
+    if not math.isfinite(value) or not 0.0 <= value <= upper:  # upper = inf: any finite value >= 0
         raise Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {value!r} is outside [0, {upper:g}]")
     return float(value)
 
@@ -139,6 +140,48 @@ def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retent
         dedup_ttl=math.ceil(max(0.0, remaining) + retention),
         record=record,
     )
+
+
+def anonymous_event(
+    campaign: Campaign, raw: dict[str, Any], signer: TokenSigner, now: int, max_skew: int, retention: float
+) -> AnonymousEvent:
+    """An aggregate, a watermark, or an attributed conversion read as an aggregate over the instant it
+    occurred at (DESIGN.md: an anonymous learner may always be given attributed feedback), for a campaign
+    whose policy learns from sums. Times in the future within the allowed skew are taken as now."""
+    kind = raw.get("type")
+    ttl = math.ceil(campaign.allowed_lateness + retention)  # an aggregate is refused once its slots closed
+    base: Record = {"type": kind, "campaign": campaign.id, "received_at": now}
+    if kind == "conversion":
+        conversion = parse_conversion(raw, signer, now, max_skew)
+        if conversion.campaign != campaign.id:
+            raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {conversion.campaign!r}")
+        at = min(conversion.occurred_at, now)
+        record = {**base, "event_id": conversion.event_id, "decision_id": conversion.decision_id,
+                  "arm": campaign.arms[conversion.arm] if conversion.arm < len(campaign.arms) else None,
+                  "decided_at": conversion.decided_at, "occurred_at": at, "value": conversion.value}  # fmt: skip
+        return AnonymousEvent(
+            "aggregate", at, at, conversion.value, conversion.event_id, conversion.decision_id, ttl, record
+        )
+    if kind == "watermark":
+        at = _time(raw, "at")
+        if at > now + max_skew:
+            raise Rejection(Reason.FUTURE_TIMESTAMP, "a watermark cannot be in the future beyond the allowed skew")
+        at = min(at, now)
+        return AnonymousEvent("watermark", at, at, 0.0, None, None, ttl, {**base, "at": at})
+    if kind != "aggregate":
+        raise Rejection(Reason.MALFORMED_EVENT, "type must be conversion, aggregate or watermark")
+    event_id = _event_id(raw)
+    start, end = _time(raw, "start"), _time(raw, "end")
+    if "value" not in raw:
+        raise Rejection(Reason.MALFORMED_EVENT, "value is required: the total reward observed in [start, end)")
+    value = _value(raw, math.inf)
+    if end < start:
+        raise Rejection(Reason.MALFORMED_EVENT, "end must not be before start")
+    if end > now + max_skew:
+        raise Rejection(Reason.FUTURE_TIMESTAMP, "end is in the future beyond the allowed skew")
+    start, end = min(start, now), min(end, now)
+    record = {**base, "event_id": event_id, "start": start, "end": end, "value": value}
+    return AnonymousEvent("aggregate", start, end, value, event_id, None, ttl, record)
 
 
 def campaign_of(raw: Any) -> str | None:

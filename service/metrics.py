@@ -34,6 +34,11 @@ FEEDBACK_REJECTED = Counter(
     "Rejected feedback events by reason (no campaign label: the ids of rejected events are untrusted input)",
     ["reason"],
 )
+PLANS = Counter(
+    "latebandit_plans_total",
+    "Plans committed by planning policies (ODAAF phases, ARS rounds, CLW blocks)",
+    ["campaign"],
+)
 CONVERSION_DELAY = Histogram(
     "latebandit_conversion_delay_seconds",
     "Observed delays (occurred_at - decision time) of accepted conversions",

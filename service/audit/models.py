@@ -38,7 +38,7 @@ TIME_KEYS = frozenset({"at", "decided_at", "occurred_at", "start", "end", "recei
 
 QUEUE_KEY = ("campaign", "entry_ms", "entry_seq", "position")
 
-CAMPAIGN_ACTIONS = ("create", "pause", "resume")
+CAMPAIGN_ACTIONS = ("create", "pause", "resume", "plan")
 
 DECISION_FIELDS = (
     "seq",

@@ -19,6 +19,8 @@ import numpy as np
 from service.audit.queue import AuditQueue
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.policies.schedule import Plan
+from service.store.schedule import Claim, ScheduleView
 
 
 class StoreUnavailable(RuntimeError):
@@ -103,6 +105,21 @@ class DecisionResult:
 
 
 @dataclass(frozen=True)
+class AnonymousEvent:
+    """A verified aggregate (an attributed conversion is one over the instant it occurred at) or watermark,
+    for a campaign whose policy learns from sums."""
+
+    kind: str  # "aggregate" or "watermark"
+    start: int  # µs; the watermark's time for a watermark
+    end: int
+    value: float
+    event_id: str | None
+    decision_id: str | None  # a conversion's decision: one conversion per decision, as for attributed ones
+    dedup_ttl: int
+    record: Record = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PreparedConversion:
     """A verified conversion, classified by everything that does not need the store's memory."""
 
@@ -151,4 +168,22 @@ class StateStore(AuditQueue, Protocol):
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
         """Move matured histogram cells into the arms' ``matured`` counters (idempotent)."""
+        ...
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        """Atomically: the earlier decision of ``request_id``; or refuse (paused, unknown, no plan); or, if
+        the next slot's segment has the arm and propensity of ``pull``, take the slot, count the decision
+        and queue its audit record; else MOVED with the slot's arm and propensity, nothing changed."""
+        ...
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView: ...
+
+    async def commit_plan(self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record) -> bool:
+        """Install ``plan`` unless a plan was committed since version ``expected``; drop the ``consumed``
+        first closed records (the plan has learnt from them) and queue ``record`` for audit."""
+        ...
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent]) -> list[str]:
+        """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
+        outcome per event (an ``Outcome`` value or ``before_decision``)."""
         ...

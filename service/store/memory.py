@@ -17,7 +17,9 @@ import numpy as np
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.policies.schedule import Plan
 from service.store.base import (
+    AnonymousEvent,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -27,6 +29,7 @@ from service.store.base import (
     Pull,
     StateSnapshot,
 )
+from service.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, next_slot
 from service.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
@@ -50,6 +53,7 @@ class CampaignMemory:
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
     histogram_at: int = 0
+    schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
 
 
 class MemoryStore:
@@ -186,6 +190,82 @@ class MemoryStore:
             if cell is not None:
                 memory.counters.matured[arm] += cell.count
         memory.histogram = None  # its folded cells now count in ``matured``
+
+    # schedules (planning policies) ---------------------------------------------------------------------
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return Claim(ClaimStatus.UNKNOWN)
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            return Claim(ClaimStatus.PAUSED)
+        book = memory.schedule
+        if book.plan is None:
+            return Claim(ClaimStatus.NEEDS_PLAN)
+        now = self._clock()
+        slot = next_slot(book.slot, now, campaign.created_at, campaign.slot_us)
+        _, segment = book.resolve(slot)
+        if (segment.arm, segment.propensity) != (pull.arm, pull.propensity):
+            return Claim(ClaimStatus.MOVED, segment.arm, segment.propensity, version=book.version)
+        book.claim(slot, now, campaign.created_at, campaign.slot_us)
+        book.close_ready(now, campaign.lateness_us)
+        memory.counters.decisions += 1
+        memory.counters.pulls[pull.arm] += 1
+        self.remember_request(campaign, request_id, pull, ttl)
+        self._queue(memory, [{**pull.record, "seq": memory.counters.decisions}])
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, book.due(), book.version)
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView:
+        return self._campaigns[campaign.id].schedule.view()
+
+    async def commit_plan(self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record) -> bool:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return False
+        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us) + 1
+        if not memory.schedule.commit(expected, plan, consumed, earliest if campaign.slot_us else 0):
+            return False
+        self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])
+        return True
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent]) -> list[str]:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            raise CampaignRefused("unknown")
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            raise CampaignRefused("paused")
+        book, now = memory.schedule, self._clock()
+        outcomes, recorded = [], []
+        for event in events:
+            outcome = self._classify_anonymous(memory, event)
+            outcomes.append(outcome)
+            if outcome in (Outcome.COUNTED, Outcome.PHASE_CLOSED):
+                recorded.append({**event.record, "outcome": outcome})
+        book.close_ready(now, campaign.lateness_us)
+        if recorded:
+            self._queue(memory, recorded)
+        return outcomes
+
+    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> str:
+        book = memory.schedule
+        if event.kind == "watermark":
+            book.watermark = max(book.watermark, event.start)
+            return Outcome.COUNTED
+        if event.event_id is not None and self._get(memory, f"ev:{event.event_id}") is not None:
+            return Outcome.DUPLICATE
+        if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
+            return Outcome.DUPLICATE
+        outcome = book.credit(event.start, event.end, event.value)
+        if outcome == "before_decision":
+            return outcome
+        if event.event_id is not None:
+            self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
+        if event.decision_id is not None:
+            self._set(memory, f"cv:{event.decision_id}", True, event.dedup_ttl)
+        return Outcome.COUNTED if outcome == "counted" else Outcome.PHASE_CLOSED
 
     # rebuilds -------------------------------------------------------------------------------------
 

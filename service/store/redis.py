@@ -33,7 +33,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.policies.schedule import Observed, Plan, Segment
 from service.store.base import (
+    AnonymousEvent,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -45,15 +47,26 @@ from service.store.base import (
     StoreUnavailable,
 )
 from service.store.keys import Keys
+from service.store.schedule import Claim, ClaimStatus, PlayedSegment, ScheduleView, next_slot
 from service.timeutil import MICROS, Clock, wall_clock
 
-SCRIPTS = ("create_campaign", "set_status", "record_decision", "record_fallback", "apply_conversions", "fold_matured")
+SCRIPTS = (
+    *("create_campaign", "set_status", "record_decision", "record_fallback", "apply_conversions", "fold_matured"),
+    *("claim_slot", "commit_plan", "apply_anonymous"),
+)
+LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
 
 
 def _load_script(name: str) -> str:
-    return resources.files("service.store").joinpath(f"lua/{name}.lua").read_text()
+    """A script's source, with the library it names on its first line (``-- requires: lib``) prepended:
+    Redis scripts cannot include each other, and the schedule scripts share their closing rule."""
+    source = resources.files("service.store").joinpath(f"lua/{name}.lua").read_text()
+    first = source.partition("\n")[0]
+    if first.startswith(LIBRARY_MARK):
+        return _load_script(first.removeprefix(LIBRARY_MARK).strip()) + source
+    return source
 
 
 @dataclass
@@ -282,6 +295,61 @@ class RedisStore:
         await self._run("fold_matured", keys, [components, *pairs])
         self._cache.pop(campaign.id, None)
 
+    # schedules (planning policies) ---------------------------------------------------------------------
+
+    def _schedule_keys(self, cid: str) -> list[str]:
+        keys = self.keys
+        return [keys.counters(cid), keys.sched(cid), keys.segments(cid), keys.starts(cid), keys.closed(cid)]
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        keys = [*self._schedule_keys(campaign.id), self.keys.audit(campaign.id)]
+        if request_id is not None:
+            keys.append(self.keys.request(campaign.id, request_id))
+        args = [
+            self._clock(), pull.arm, repr(pull.propensity), pull.decision_id, ttl, orjson.dumps(pull.record),
+            campaign.slot_us or 0, campaign.created_at, campaign.lateness_us,
+        ]  # fmt: skip
+        status, arm, propensity, due, version = await self._run("claim_slot", keys, args)
+        if status == 1:
+            earlier = _earlier(arm)
+            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if status in (2, 3, 4):
+            return Claim({2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN}[status])
+        if status == 5:
+            return Claim(ClaimStatus.MOVED, int(arm), float(propensity), version=int(version))
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, bool(due), int(version))
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView:
+        cid = campaign.id
+        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.sched(cid))
+            pipe.hgetall(self.keys.segments(cid))
+            pipe.lrange(self.keys.closed(cid), 0, -1)
+            sched, segments, closed = await pipe.execute()
+        return parse_schedule(sched, segments, closed)
+
+    async def commit_plan(self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record) -> bool:
+        cid = campaign.id
+        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us) + 1 if campaign.slot_us else 0
+        args = [expected, orjson.dumps(plan.to_json()), schedule_table(plan), consumed, earliest,
+                orjson.dumps(record)[:-2]]  # fmt: skip
+        keys = [self.keys.sched(cid), self.keys.closed(cid), self.keys.audit(cid)]
+        return bool(await self._run("commit_plan", keys, args))
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent]) -> list[str]:
+        cid, now = campaign.id, self._clock()
+        keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        params = [
+            [event.kind, event.start, event.end, event.value, event.event_id or "", event.decision_id or "",
+             now // MICROS + event.dedup_ttl]
+            for event in events
+        ]  # fmt: skip
+        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        raw = await self._run("apply_anonymous", keys, [now, campaign.lateness_us, orjson.dumps(params), records])
+        if raw in ([b"unknown"], [b"paused"]):
+            raise CampaignRefused(raw[0].decode())
+        return [outcome.decode() for outcome in raw]
+
     # audit queue ----------------------------------------------------------------------------------
 
     async def audit_campaigns(self) -> list[str]:
@@ -339,6 +407,46 @@ class RedisStore:
             pipe.sadd(self.keys.registry(), cid)
             await pipe.execute()
         self._cache.pop(cid, None)
+
+
+def schedule_table(plan: Plan) -> bytes:
+    """What claim_slot.lua reads of a plan: per segment [slots, arm, propensity (Python repr, compared as
+    text with the caller's), counted, segment JSON], the hold, and when the next plan may come."""
+
+    def row(segment: Segment) -> list[object]:
+        return [segment.slots, segment.arm, repr(segment.propensity), int(segment.counted),
+                orjson.dumps(segment.to_json()).decode()]  # fmt: skip
+
+    return orjson.dumps({"segments": [row(s) for s in plan.segments], "hold": row(plan.hold), "next": plan.next.value})
+
+
+def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], closed: list[bytes]) -> ScheduleView:
+    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives)."""
+    number = {key.decode(): value for key, value in sched.items()}
+    plan = Plan.from_json(orjson.loads(number["plan"])) if "plan" in number else None
+    slot = int(number.get("slot", 0))
+    fields: dict[int, dict[str, bytes]] = {}
+    for name, value in segments.items():
+        record_id, _, field = name.decode().partition(":")
+        fields.setdefault(int(record_id), {})[field] = value
+    records = [
+        PlayedSegment(
+            record_id, Segment.from_json(orjson.loads(item["j"])), int(item["f"]), int(item["s"]),
+            int(item["x"]) if "x" in item else None, int(item["y"]) if "y" in item else None, float(item["r"]),
+        )
+        for record_id, item in sorted(fields.items())
+    ]  # fmt: skip
+    credited: dict[int, tuple[int, float]] = {}
+    for key, value in number.items():
+        if key.startswith("cs:"):
+            arm = int(key[3:])
+            credited[arm] = (int(value), float(number.get(f"cr:{arm}", b"0")))
+    observed = [Observed(Segment.from_json(item["segment"]), item["slots"], float(item["reward"]))
+                for item in map(orjson.loads, closed)]  # fmt: skip
+    return ScheduleView(
+        int(number.get("v", 0)), plan, observed, [record.observed(slot) for record in records], slot,
+        int(number.get("wm", 0)), int(number.get("cuntil", 0)), records[-1] if records else None, credited,
+    )  # fmt: skip
 
 
 def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
