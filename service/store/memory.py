@@ -225,7 +225,7 @@ class MemoryStore:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return False
-        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us) + 1
+        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us)
         if not memory.schedule.commit(expected, plan, consumed, earliest if campaign.slot_us else 0):
             return False
         self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])

@@ -330,7 +330,7 @@ class RedisStore:
 
     async def commit_plan(self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record) -> bool:
         cid = campaign.id
-        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us) + 1 if campaign.slot_us else 0
+        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us) if campaign.slot_us else 0
         args = [expected, orjson.dumps(plan.to_json()), schedule_table(plan), consumed, earliest,
                 orjson.dumps(record)[:-2]]  # fmt: skip
         keys = [self.keys.sched(cid), self.keys.closed(cid), self.keys.audit(cid)]

@@ -19,7 +19,7 @@ end
 -- id of the last closed record.
 local function close_ready(sched, segments, starts, closed, now, lateness)
   local num = field_reader(sched)
-  local through, watermark = num('crid'), num('wm')
+  local through, watermark = num('crid') or 0, num('wm') or 0
   for _ = 1, 1000 do
     local id = int(through + 1)
     local ends = tonumber(redis.call('HGET', segments, id .. ':x'))
