@@ -7,6 +7,8 @@ Line shapes:
   ``status``, ``version`` and ``created_at``;
 - pause and resume: ``{"type": "campaign", "id", "status": "paused"|"active", "at"}``, no ``arms``,
   so a reader tells a status change from a creation;
+- a plan committed by a planning policy (ODAAF, ARS-*, CLW): ``{"type": "campaign", "id", "at", "plan",
+  "version", "consumed"}``, the plan and how many closed segments it learnt from;
 - decisions: the CONTRACT keys plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
   sent one, ``request_id`` (replay needs the version and fallback to classify later conversions);
 - feedback: the CONTRACT event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
@@ -43,6 +45,8 @@ def campaign_line(record: Record) -> dict[str, Any]:
     if record["action"] == "create":
         config = record["config"]
         return {"type": "campaign", **config, "created_at": format_time(config["created_at"])}
+    if record["action"] == "plan":
+        return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **record["config"]}
     return {"type": "campaign", "id": record["campaign"], "status": STATUS_AFTER[record["action"]],
             "at": format_time(record["at"])}  # fmt: skip
 
