@@ -16,11 +16,12 @@ import numpy as np
 
 from service import metrics
 from service.audit.records import Outcome, Record
-from service.campaign import Campaign, CampaignSpec, CampaignStatus
+from service.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
 from service.exposure import Exposure, bucket_moments, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
 from service.policies.base import EPS_N, ArmStats
 from service.store.base import (
+    CampaignMoved,
     CampaignRefused,
     DecisionResult,
     DecisionStatus,
@@ -41,6 +42,10 @@ class UnknownCampaign(LookupError):
 
 class CampaignExists(ValueError):
     pass
+
+
+MAX_MOVES = 3
+"""Reloads of a campaign whose policy version changed under a request before it answers 503 (retry)."""
 
 
 def lost_campaign(campaign_id: str) -> StoreUnavailable:
@@ -128,8 +133,8 @@ class DecisionEngine:
         return campaign
 
     async def campaign(self, campaign_id: str, fresh: bool = False) -> Campaign:
-        """The campaign's configuration; cached per worker (only the status changes, and the store's
-        scripts check the status themselves)."""
+        """The campaign's configuration; cached per worker. The store's scripts check the status and the
+        policy version themselves, and a stale copy is reloaded when they answer ``moved``."""
         campaign = None if fresh else self._campaigns.get(campaign_id)
         if campaign is None:
             campaign = await self.store.get_campaign(campaign_id)
@@ -150,19 +155,38 @@ class DecisionEngine:
         self._campaigns[campaign_id] = campaign
         return campaign
 
+    async def change_policy(self, campaign_id: str, change: PolicyChange) -> Campaign:
+        """Start the campaign's next policy version (a fresh state; the audit log keeps the old one's
+        history, and a replay applies the change at the same point). ValueError if the new policy does not
+        fit the campaign, CampaignMoved if another change won the race."""
+        current = await self.campaign(campaign_id, fresh=True)
+        campaign = current.with_policy(change)
+        record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(), "action": "policy",
+                          "config": campaign.model_dump(mode="json")}  # fmt: skip
+        changed = await self.store.change_policy(campaign, record)
+        if changed is None:
+            raise UnknownCampaign(campaign_id)
+        await self._durable()
+        self._campaigns[campaign_id] = changed
+        return changed
+
     # decisions ------------------------------------------------------------------------------------
 
     async def choose(self, campaign_id: str, request_id: str | None = None) -> Decision:
-        campaign = await self.campaign(campaign_id)
         now = self.clock()
-        try:
-            return await self._decide(campaign, now, request_id)
-        except StoreUnavailable:
-            metrics.STORE_ERRORS.labels("choose").inc()
-            # Nothing can be recorded: the decision id alone marks the pull as uncounted.
-            pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
-            return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
-                                "fallback_store_down")  # fmt: skip
+        for attempt in range(MAX_MOVES):
+            campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            try:
+                return await self._decide(campaign, now, request_id)
+            except CampaignMoved:
+                continue
+            except StoreUnavailable:
+                metrics.STORE_ERRORS.labels("choose").inc()
+                # Nothing can be recorded: the decision id alone marks the pull as uncounted.
+                pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
+                return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
+                                    "fallback_store_down")  # fmt: skip
+        raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
@@ -171,6 +195,8 @@ class DecisionEngine:
         pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
         ttl = math.ceil(self.options.request_ttl)
         result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if result.status is DecisionStatus.MOVED:
+            raise CampaignMoved(campaign.id)
         if result.status is DecisionStatus.UNKNOWN:
             raise lost_campaign(campaign.id)
         outcome = result.status.value
@@ -234,16 +260,26 @@ class DecisionEngine:
         reached; events already applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
-        by_campaign: dict[str, list[tuple[int, PreparedConversion]]] = defaultdict(list)
+        by_campaign: dict[str, list[tuple[int, Conversion]]] = defaultdict(list)
         for index, raw in enumerate(events):
             try:
-                campaign, prepared = await self._validate(raw, now)
+                conversion = await self._validate(raw, now)
             except Rejection as rejection:
                 result.reject(index, rejection)
                 continue
-            by_campaign[campaign.id].append((index, prepared))
-        for campaign_id, items in by_campaign.items():
-            campaign = await self.campaign(campaign_id)
+            by_campaign[conversion.campaign].append((index, conversion))
+        for campaign_id, conversions in by_campaign.items():
+            await self._apply(result, campaign_id, conversions, now)
+        await self._durable()
+        return result
+
+    async def _apply(self, result: FeedbackResult, campaign_id: str, conversions: list[tuple[int, Conversion]],
+                     now: int) -> None:  # fmt: skip
+        """One campaign's conversions, classified against its policy version; when the store answers that
+        the version moved (a policy change), the rest are classified again against the reloaded campaign."""
+        for attempt in range(MAX_MOVES):
+            campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            items = self._prepared(result, campaign, conversions, now)
             try:
                 outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
             except CampaignRefused as refused:
@@ -251,14 +287,29 @@ class DecisionEngine:
                     raise lost_campaign(campaign_id) from refused
                 applied = len(refused.applied)
                 self._tally(result, campaign, items[:applied], refused.applied)
+                if str(refused) == "moved":
+                    left = {index for index, _ in items[applied:]}
+                    conversions = [(index, conversion) for index, conversion in conversions if index in left]
+                    continue
                 for index, _ in items[applied:]:
                     result.reject(index, Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign_id!r} is paused"))
-                continue
+                return
             self._tally(result, campaign, items, outcomes)
-        await self._durable()
-        return result
+            return
+        raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
-    async def _validate(self, raw: Any, now: int) -> tuple[Campaign, PreparedConversion]:
+    def _prepared(
+        self, result: FeedbackResult, campaign: Campaign, conversions: list[tuple[int, Conversion]], now: int
+    ) -> list[tuple[int, PreparedConversion]]:
+        items = []
+        for index, conversion in conversions:
+            try:
+                items.append((index, prepare(campaign, conversion, now, self.options.dedup_retention)))
+            except Rejection as rejection:
+                result.reject(index, rejection)
+        return items
+
+    async def _validate(self, raw: Any, now: int) -> Conversion:
         skew = round(self.options.max_skew * MICROS)
         named = campaign_of(raw)
         if named is not None:
@@ -268,8 +319,8 @@ class DecisionEngine:
                 f"policy {campaign.policy.name!r} learns from attributed conversions, not {raw['type']} events",
             )
         conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
-        campaign = await self._known(conversion.campaign)
-        return campaign, prepare(campaign, conversion, now, self.options.dedup_retention)
+        await self._known(conversion.campaign)
+        return conversion
 
     async def _known(self, campaign_id: str) -> Campaign:
         try:

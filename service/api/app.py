@@ -25,14 +25,14 @@ from starlette.types import Scope as AsgiScope
 
 from service import metrics
 from service.api.auth import ApiKeyGate, ApiKeys
-from service.campaign import CampaignSpec, CampaignStatus
+from service.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from service.config import Settings
 from service.engine import CampaignExists, DecisionEngine, UnknownCampaign
 from service.feedback import MAX_EVENTS
 from service.ids import Identifier
 from service.replay.rebuild import replay_audit
 from service.runtime import Runtime
-from service.store.base import StoreUnavailable
+from service.store.base import CampaignMoved, StoreUnavailable
 from service.timeutil import parse_time
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -210,6 +210,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/campaigns/{campaign_id}/resume")
     async def resume(campaign_id: Identifier, engine: Engine) -> Response:
         return json_response((await engine.set_status(campaign_id, CampaignStatus.ACTIVE)).public())
+
+    @app.post("/campaigns/{campaign_id}/policy")
+    async def change_policy(campaign_id: Identifier, change: PolicyChange, engine: Engine) -> Response:
+        """The campaign's next policy version: a fresh state under the new policy, the old version's history
+        kept in the audit log (GET /state?at= a time before the change still shows it)."""
+        try:
+            campaign = await engine.change_policy(campaign_id, change)
+        except ValidationError as invalid:
+            raise error(422, "invalid_request", problems(invalid.errors())) from invalid
+        except CampaignMoved as moved:
+            raise error(409, "policy_changed", "another policy change happened meanwhile: read and retry") from moved
+        return json_response(campaign.public())
 
     # decisions and feedback -----------------------------------------------------------------------
 

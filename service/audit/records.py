@@ -6,7 +6,8 @@ the key (campaign, entry id, position in entry), so draining an entry twice neve
 
 Times are epoch microseconds. Records are plain dicts so that they cross Redis as JSON unchanged.
 
-- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume", "config": {...}}``
+- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume"|"policy", "config": {...}}``
+  (``config``, the whole stored campaign, for a creation and for a policy change)
 - ``{"type": "decision", "campaign", "seq", "decision_id", "arm", "at", "propensity", "policy",
   "version", "fallback", "request_id"}``
 - ``{"type": "conversion", "campaign", "event_id", "decision_id", "arm", "decided_at",

@@ -18,6 +18,7 @@ from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
 from service.store.base import (
+    CampaignMoved,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -87,6 +88,18 @@ class MemoryStore:
         self._queue(memory, [record])
         return memory.campaign
 
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return None
+        if memory.campaign.version + 1 != campaign.version:
+            raise CampaignMoved(campaign.id)
+        memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
+        memory.counters = Counters.zeros(len(campaign.arms))
+        memory.cells, memory.histogram = {}, None
+        self._queue(memory, [record])
+        return memory.campaign
+
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
@@ -122,6 +135,8 @@ class MemoryStore:
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
+        if memory.campaign.version != campaign.version:
+            return DecisionResult(DecisionStatus.MOVED)
         if memory.campaign.status is CampaignStatus.PAUSED:
             return DecisionResult(DecisionStatus.PAUSED)
         counters = memory.counters
@@ -148,6 +163,8 @@ class MemoryStore:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
         if memory.campaign.status is CampaignStatus.PAUSED:
             raise CampaignRefused("paused")
         outcomes: list[Outcome] = []

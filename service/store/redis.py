@@ -34,6 +34,7 @@ from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
 from service.store.base import (
+    CampaignMoved,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -47,7 +48,10 @@ from service.store.base import (
 from service.store.keys import Keys
 from service.timeutil import MICROS, Clock, wall_clock
 
-SCRIPTS = ("create_campaign", "set_status", "record_decision", "record_fallback", "apply_conversions", "fold_matured")
+SCRIPTS = (
+    "create_campaign", "set_status", "change_policy", "record_decision", "record_fallback", "apply_conversions",
+    "fold_matured",
+)  # fmt: skip
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
 
@@ -61,6 +65,7 @@ class _Cached:
     counters: Counters
     histogram: Histogram
     read_at: float  # time.monotonic() of the histogram read
+    version: int  # the policy version it was read for: a policy change resets the state
 
 
 def _client(url: str) -> aioredis.Redis:
@@ -173,12 +178,19 @@ class RedisStore:
         campaign = await self.get_campaign(campaign_id)
         if campaign is None:
             return None
-        campaign = campaign.model_copy(update={"status": status})
         paused = int(status is CampaignStatus.PAUSED)
-        changed = await self._run(
-            "set_status", self._campaign_keys(campaign_id), [paused, campaign.model_dump_json(), orjson.dumps(record)]
-        )
-        return campaign if changed else None
+        changed = await self._run("set_status", self._campaign_keys(campaign_id), [paused, orjson.dumps(record)])
+        return campaign.model_copy(update={"status": status}) if changed else None
+
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        cid = campaign.id
+        keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
+        args = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
+        changed = await self._run("change_policy", keys, args)
+        if changed == -1:
+            raise CampaignMoved(campaign.id)
+        self._cache.pop(campaign.id, None)
+        return await self.get_campaign(campaign.id) if changed else None
 
     # state ----------------------------------------------------------------------------------------
 
@@ -188,14 +200,14 @@ class RedisStore:
         if max_age <= 0:
             return await self._read(campaign)
         cached = self._cache.get(campaign.id)
-        if cached is not None and time.monotonic() - cached.read_at <= max_age:
+        if cached is not None and cached.version == campaign.version and time.monotonic() - cached.read_at <= max_age:
             return StateSnapshot(cached.counters, cached.histogram)
         refresh = self._refreshing.get(campaign.id)
         if refresh is None:
             refresh = asyncio.ensure_future(self._read(campaign))
             self._refreshing[campaign.id] = refresh
             refresh.add_done_callback(lambda done: self._refreshed(campaign.id, done))
-        if cached is not None and not refresh.done():
+        if cached is not None and cached.version == campaign.version and not refresh.done():
             return StateSnapshot(cached.counters, cached.histogram)
         return await asyncio.shield(refresh)
 
@@ -212,7 +224,7 @@ class RedisStore:
         components = len(campaign.exact_components)
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
-        self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic())
+        self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic(), campaign.version)
         return StateSnapshot(counters, histogram)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
@@ -227,15 +239,18 @@ class RedisStore:
             repr(pull.propensity),
             ttl,
             orjson.dumps(pull.record),
+            campaign.version,
         ]
         status, earlier, raw = await self._run("record_decision", keys, [*args, *map(repr, pull.moments)])
+        if status == 4:
+            return DecisionResult(DecisionStatus.MOVED)
         if status == 3:
             return DecisionResult(DecisionStatus.UNKNOWN)
         if status == 2:
             return DecisionResult(DecisionStatus.PAUSED)
         counters = parse_counters(dict(zip(raw[::2], raw[1::2], strict=True)), len(campaign.arms))
         cached = self._cache.get(campaign.id)
-        if cached is not None:
+        if cached is not None and cached.version == campaign.version:
             cached.counters = counters
         if status == 1:
             return _earlier(earlier, counters)
@@ -270,8 +285,9 @@ class RedisStore:
             for event in events
         ]  # fmt: skip
         records = b"\n".join(orjson.dumps(event.record) for event in events)
-        raw = await self._run("apply_conversions", keys, [now // MICROS, orjson.dumps(params), records])
-        if raw in ([b"unknown"], [b"paused"]):
+        args = [now // MICROS, orjson.dumps(params), records, campaign.version]
+        raw = await self._run("apply_conversions", keys, args)
+        if raw in ([b"unknown"], [b"paused"], [b"moved"]):
             raise CampaignRefused(raw[0].decode())
         return [Outcome(outcome.decode()) for outcome in raw]
 
@@ -364,7 +380,8 @@ def _records(fields: dict[bytes, bytes]) -> list[Record]:
 
 
 def _write_counters(pipe: Pipeline, key: str, campaign: Campaign, counters: Counters) -> None:
-    mapping: dict[str, int | str] = {"d": counters.decisions, "paused": int(campaign.status is CampaignStatus.PAUSED)}
+    paused = int(campaign.status is CampaignStatus.PAUSED)
+    mapping: dict[str, int | str] = {"d": counters.decisions, "paused": paused, "v": campaign.version}
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
         mapping[f"m:{arm}"] = int(counters.matured[arm])
