@@ -54,6 +54,8 @@ def serve(
     Each flag sets the LATEBANDIT_* variable of the same name."""
     import uvicorn
 
+    from service.logs import log_config
+
     flags = {
         "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
         "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
@@ -87,7 +89,8 @@ def serve(
             port=port,
             workers=workers,
             log_level=settings.log_level,
-            access_log=False,
+            log_config=log_config(settings.log_level),
+            access_log=False,  # service.logs.RequestLog writes the access lines, with request ids
         )
     finally:
         if metrics_dir is not None:
