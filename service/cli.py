@@ -48,7 +48,9 @@ def serve(
     snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
     dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
     request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
-    log_level: Annotated[str | None, typer.Option()] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
+    metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
+    metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
 ) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
     Each flag sets the LATEBANDIT_* variable of the same name."""
@@ -60,6 +62,7 @@ def serve(
         "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
         "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
+        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
     }  # fmt: skip
     for name, value in flags.items():
         if value is not None:

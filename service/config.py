@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     )
     audit_batch: int = Field(default=5_000, description="audit rows written per transaction")
     audit_interval: float = Field(default=0.2, description="seconds between audit drains")
-    log_level: str = "info"
+    log_level: str = Field(default="info", description="debug, info (one access line per request), warning, error")
+    metrics_campaigns: int = Field(default=200, ge=1, description="campaigns with their own metric labels, per worker")
+    metrics_arms: int = Field(default=50, ge=1, description="arms per campaign with their own metric labels")
 
     @cached_property
     def sqlalchemy_url(self) -> str:

@@ -129,8 +129,12 @@ class DecisionEngine:
         if not await self.store.create_campaign(campaign, record):
             raise CampaignExists(campaign.id, "it already exists")
         await self._durable()
-        self._campaigns[campaign.id] = campaign
+        self._remember(campaign)
         return campaign
+
+    def _remember(self, campaign: Campaign) -> None:
+        self._campaigns[campaign.id] = campaign
+        metrics.publish_campaign(campaign)
 
     async def campaign(self, campaign_id: str, fresh: bool = False) -> Campaign:
         """The campaign's configuration; cached per worker. The store's scripts check the status and the
@@ -142,7 +146,7 @@ class DecisionEngine:
                 if self._in_history is not None and await self._in_history(campaign_id):
                     raise lost_campaign(campaign_id)  # the same answer on every worker: retry after rebuild
                 raise UnknownCampaign(campaign_id)
-            self._campaigns[campaign_id] = campaign
+            self._remember(campaign)
         return campaign
 
     async def set_status(self, campaign_id: str, status: CampaignStatus) -> Campaign:
@@ -152,7 +156,7 @@ class DecisionEngine:
         if campaign is None:
             raise UnknownCampaign(campaign_id)
         await self._durable()
-        self._campaigns[campaign_id] = campaign
+        self._remember(campaign)
         return campaign
 
     async def change_policy(self, campaign_id: str, change: PolicyChange) -> Campaign:
@@ -167,7 +171,7 @@ class DecisionEngine:
         if changed is None:
             raise UnknownCampaign(campaign_id)
         await self._durable()
-        self._campaigns[campaign_id] = changed
+        self._remember(changed)
         return changed
 
     # decisions ------------------------------------------------------------------------------------
@@ -247,7 +251,10 @@ class DecisionEngine:
             return arm_stats(state, cached[1])
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
-        metrics.publish_arms(campaign.id, arm_rows(campaign, state, seen))
+        rows = arm_rows(campaign, state, seen)
+        for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
+            row["pending_age"] = _number(age)
+        metrics.publish_arms(campaign.id, rows)
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -333,11 +340,13 @@ class DecisionEngine:
         result: FeedbackResult, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]
     ) -> None:
         label = metrics.campaign_label(campaign.id)
-        delays = metrics.CONVERSION_DELAY.labels(label)
+        delays, lags = metrics.CONVERSION_DELAY.labels(label), metrics.REPORT_LAG.labels(label)
         tally = Counter(outcomes)
         for (_, prepared), outcome in zip(items, outcomes, strict=True):
             if outcome is not Outcome.DUPLICATE:
-                delays.observe(max(0, prepared.record["occurred_at"] - prepared.record["decided_at"]) / MICROS)
+                record = prepared.record
+                delays.observe(max(0, record["occurred_at"] - record["decided_at"]) / MICROS)
+                lags.observe((record["received_at"] - record["occurred_at"]) / MICROS)
         for outcome, count in tally.items():
             metrics.FEEDBACK.labels(label, outcome.value).inc(count)
         result.duplicates += tally[Outcome.DUPLICATE]

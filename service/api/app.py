@@ -29,7 +29,7 @@ from service.api.auth import ApiKeyGate, ApiKeys
 from service.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from service.config import Settings
 from service.engine import CampaignExists, DecisionEngine, UnknownCampaign
-from service.feedback import MAX_EVENTS
+from service.feedback import MAX_EVENTS, Reason
 from service.ids import Identifier
 from service.logs import RequestLog
 from service.replay.rebuild import replay_audit
@@ -133,6 +133,8 @@ Engine = Annotated[DecisionEngine, Depends(get_engine)]
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     keys = ApiKeys(settings.api_keys)
+    metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
+    metrics.preset(reason.value for reason in Reason)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

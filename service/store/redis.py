@@ -30,6 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service import metrics
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
@@ -130,20 +131,24 @@ class RedisStore:
         await self.client.aclose()
 
     @asynccontextmanager
-    async def _reachable(self) -> AsyncIterator[None]:
+    async def _reachable(self, operation: str) -> AsyncIterator[None]:
+        """Times the call (``latebandit_store_seconds``) and turns Redis failures into StoreUnavailable."""
+        started = time.perf_counter()
         try:
             yield
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise StoreUnavailable(f"Redis unreachable: {error}") from error
         except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
             raise StoreUnavailable(f"Redis refused the operation: {error}") from error
+        finally:
+            metrics.STORE_LATENCY.labels(operation).observe(time.perf_counter() - started)
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
-        async with self._reachable():
+        async with self._reachable(script):
             return await self._scripts[script](keys=list(keys), args=list(args))
 
     async def ping(self) -> None:
-        async with self._reachable():
+        async with self._reachable("ping"):
             await self.client.ping()
 
     # campaigns ------------------------------------------------------------------------------------
@@ -155,12 +160,12 @@ class RedisStore:
         created = await self._run(
             "create_campaign", self._campaign_keys(campaign.id), [campaign.model_dump_json(), orjson.dumps(record)]
         )
-        async with self._reachable():  # also when it existed: repairs a create interrupted before this step
+        async with self._reachable("campaign"):  # also when it existed: repairs a create interrupted before this step
             await self.client.sadd(self.keys.registry(), campaign.id)
         return bool(created)
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None:
-        async with self._reachable(), self.client.pipeline(transaction=False) as pipe:
+        async with self._reachable("campaign"), self.client.pipeline(transaction=False) as pipe:
             pipe.get(self.keys.config(campaign_id))
             pipe.hget(self.keys.counters(campaign_id), "paused")
             config, paused = await pipe.execute()
@@ -170,7 +175,7 @@ class RedisStore:
         return Campaign.model_validate_json(config).model_copy(update={"status": status})
 
     async def list_campaigns(self) -> list[str]:
-        async with self._reachable():
+        async with self._reachable("campaign"):
             members = await self.client.smembers(self.keys.registry())
         return sorted(member.decode() for member in members)
 
@@ -217,7 +222,7 @@ class RedisStore:
             done.exception()  # retrieved: a failed refresh is retried by the next request, not logged as lost
 
     async def _read(self, campaign: Campaign) -> StateSnapshot:
-        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+        async with self._reachable("snapshot"), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
             counters_raw, cells_raw = await pipe.execute()
@@ -304,20 +309,20 @@ class RedisStore:
         return await self.list_campaigns()
 
     async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
-        async with self._reachable():
+        async with self._reachable("audit"):
             entries = await self.client.xrange(self.keys.audit(campaign), count=limit)
         return [QueueEntry(campaign, entry_id.decode(), _records(fields)) for entry_id, fields in entries]
 
     async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
         if entry_ids:
-            async with self._reachable():
+            async with self._reachable("audit"):
                 await self.client.xdel(self.keys.audit(campaign), *entry_ids)
 
     async def claim_audit(self, campaign: str, seconds: float) -> bool:
         """Take the lease, or keep it if this process holds it; never released (it expires), since a
         drain that outlives it is merely repeated."""
         key, ttl = self.keys.audit_lease(campaign), round(seconds * 1000)
-        async with self._reachable():
+        async with self._reachable("audit"):
             if await self.client.set(key, self._owner, nx=True, px=ttl):
                 return True
             if await self.client.get(key) == self._owner.encode():
@@ -327,7 +332,7 @@ class RedisStore:
 
     async def audit_backlog(self) -> int:
         campaigns = await self.list_campaigns()
-        async with self._reachable(), self.client.pipeline(transaction=False) as pipe:
+        async with self._reachable("audit"), self.client.pipeline(transaction=False) as pipe:
             for campaign in campaigns:
                 pipe.xlen(self.keys.audit(campaign))
             return sum(await pipe.execute())
@@ -341,7 +346,7 @@ class RedisStore:
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
         remaining seconds."""
         cid, now = campaign.id, self._clock() // MICROS
-        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+        async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
