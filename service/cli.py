@@ -45,6 +45,7 @@ def serve(
     secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
     api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
     snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
     dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
     request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
@@ -60,7 +61,8 @@ def serve(
 
     flags = {
         "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
-        "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
+        "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
+        "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
         "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
     }  # fmt: skip
@@ -68,7 +70,7 @@ def serve(
         if value is not None:
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
     settings = Settings()
-    if not settings.api_keys and not _is_loopback(host):
+    if not settings.api_key_pairs() and not _is_loopback(host):
         if not insecure:
             console.print(
                 f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"

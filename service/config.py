@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     secret: str | None = Field(default=None, description="HMAC key for decision ids")
     max_skew: float = Field(default=300.0, description="seconds a feedback time may lie in the future")
     api_keys: str | None = Field(default=None, description="comma-separated scope:key pairs")
+    api_keys_file: Path | None = Field(
+        default=None, description="a file of scope:key pairs (one per line or comma-separated), e.g. a mounted secret"
+    )
     request_ttl: float = Field(default=86_400.0, description="seconds a /choose request_id is remembered")
     dedup_retention: float = Field(
         default=86_400.0, description="seconds an event_id is remembered beyond its decision's window"
@@ -45,6 +48,14 @@ class Settings(BaseSettings):
             if url.startswith(plain):
                 return "postgresql+psycopg://" + url[len(plain) :]
         return url
+
+    def api_key_pairs(self) -> str:
+        """Every configured ``scope:key`` pair, from LATEBANDIT_API_KEYS and LATEBANDIT_API_KEYS_FILE, as one
+        comma-separated list (OSError if the file cannot be read)."""
+        parts = [self.api_keys or ""]
+        if self.api_keys_file is not None:
+            parts += self.api_keys_file.read_text().split()
+        return ",".join(part for part in parts if part)
 
     @property
     def embedded(self) -> bool:

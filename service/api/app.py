@@ -132,7 +132,7 @@ Engine = Annotated[DecisionEngine, Depends(get_engine)]
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    keys = ApiKeys(settings.api_keys)
+    keys = ApiKeys(settings.api_key_pairs())
     metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
     metrics.preset(reason.value for reason in Reason)
 

@@ -185,7 +185,8 @@ def test_mask_cuts_keys_and_decision_ids() -> None:
 
 
 def test_the_image_command_and_healthcheck_run_as_the_dockerfile_says(tmp_path) -> None:
-    """The Dockerfile's CMD (a non-loopback bind) and HEALTHCHECK, run here as the image would run them."""
+    """The Dockerfile's CMD (a non-loopback bind: refused without keys) and HEALTHCHECK, run here as the image
+    would run them, in a fresh working directory (the embedded default)."""
     port = free_port()
     command = direct(dockerfile_command("CMD"), port)
     healthcheck = [part.replace(":8000/", f":{port}/") for part in dockerfile_command("HEALTHCHECK")]
@@ -194,8 +195,14 @@ def test_the_image_command_and_healthcheck_run_as_the_dockerfile_says(tmp_path) 
         command, cwd=tmp_path, env=service_env(tmp_path), capture_output=True, text=True, timeout=60
     )
     assert refused.returncode == 2 and "refusing to listen on 0.0.0.0" in refused.stderr  # no keys, no --insecure
-    env = service_env(tmp_path, api_keys=f"admin:{ADMIN_KEY}")
+    keys = tmp_path / "api-keys"  # keys from a file, as from a mounted secret
+    keys.write_text(f"admin:{ADMIN_KEY}\ndecide:{DECIDE_KEY}\n")
+    env = service_env(tmp_path, api_keys_file=str(keys))
     with started(command, env, tmp_path, port) as server:
         assert subprocess.run(healthcheck, timeout=30).returncode == 0
         assert httpx.get(server.url + "/readyz").json()["ready"] is True
+        listed = httpx.get(server.url + "/campaigns", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        assert listed.json() == {"campaigns": []}
+        forbidden = httpx.get(server.url + "/campaigns", headers={"Authorization": f"Bearer {DECIDE_KEY}"})
+        assert forbidden.status_code == 403
     assert subprocess.run(healthcheck, capture_output=True, timeout=30).returncode != 0  # stopped: unhealthy
