@@ -56,8 +56,14 @@ def test_the_parser_refuses_broken_promql() -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
-def test_promtool_accepts_the_config_and_the_rules() -> None:
-    for command in (["check", "config", "prometheus.yml"], ["check", "rules", ALERTS.name]):
+def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass() -> None:
+    """deploy/alerts_test.yml: each alert fires on synthetic series of its situation, and only then."""
+    checks = (
+        ["check", "config", "prometheus.yml"],
+        ["check", "rules", ALERTS.name],
+        ["test", "rules", "alerts_test.yml"],
+    )
+    for command in checks:
         result = subprocess.run(["promtool", *command], cwd=DEPLOY, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
 
@@ -214,7 +220,7 @@ def test_manifests_fit_together() -> None:
     (container,) = pod["spec"]["containers"]
     assert {"livenessProbe", "readinessProbe"} <= container.keys()
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"  # not /readyz: see deployment.yaml
     assert {"cpu", "memory"} <= container["resources"]["limits"].keys()
     assert {"cpu", "memory"} <= container["resources"]["requests"].keys()  # the HPA's utilisation base
     port = container["command"][container["command"].index("--port") + 1]
