@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.e2e]
 
 DECIDE_KEY = f"decide-{uuid.uuid4().hex}"
 ADMIN_KEY = f"admin-{uuid.uuid4().hex}"
+WRONG_KEY = f"guess-{uuid.uuid4().hex}"
 CAMPAIGN = {
     "id": "ops",
     "arms": ["a", "b", "c"],
@@ -96,6 +97,8 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         assert http.post("/campaigns", json=CAMPAIGN, headers=admin).status_code == 201
         assert http.post("/campaigns", json=CAMPAIGN).status_code == 403  # a decide key on an admin route
         assert httpx.post(server.url + "/choose", json={"campaign": "ops"}).status_code == 401
+        unknown = {"Authorization": f"Bearer {WRONG_KEY}"}
+        assert httpx.post(server.url + "/choose", json={"campaign": "ops"}, headers=unknown).status_code == 401
         traced = http.post("/choose", json={"campaign": "ops"}, headers={"X-Request-ID": "trace-42"})
         assert traced.headers["x-request-id"] == "trace-42"
         decisions = [traced.json()] + [http.post("/choose", json={"campaign": "ops"}).json() for _ in range(29)]
@@ -161,7 +164,7 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         (1, "delayed-klucb", True),  # the creation
         (2, "delayed-ucb", False),  # the change
     ]
-    assert_json_logs(server.log.read_text(), secrets=[DECIDE_KEY, ADMIN_KEY, *decision_ids])
+    assert_json_logs(server.log.read_text(), secrets=[DECIDE_KEY, ADMIN_KEY, WRONG_KEY, *decision_ids])
 
 
 def assert_json_logs(text: str, secrets: list[str]) -> None:
