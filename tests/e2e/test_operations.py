@@ -208,4 +208,23 @@ def test_the_image_command_and_healthcheck_run_as_the_dockerfile_says(tmp_path) 
         assert listed.json() == {"campaigns": []}
         forbidden = httpx.get(server.url + "/campaigns", headers={"Authorization": f"Bearer {DECIDE_KEY}"})
         assert forbidden.status_code == 403
+        assert_bodies_are_limited(server.url, {"Authorization": f"Bearer {DECIDE_KEY}"})
     assert subprocess.run(healthcheck, capture_output=True, timeout=30).returncode != 0  # stopped: unhealthy
+    with started([*command, "--insecure"], service_env(tmp_path), tmp_path, port) as server:  # told to: it starts
+        assert httpx.post(server.url + "/campaigns", json={}).status_code == 422  # no key asked: open
+    assert "listening on 0.0.0.0 with no API keys" in server.log.read_text()
+
+
+def assert_bodies_are_limited(url: str, headers: dict[str, str]) -> None:
+    """Over 16 MiB: a 413 by the declared length, and while streaming a body that declares none."""
+    limit = 16 * 1024 * 1024
+    declared = httpx.post(url + "/feedback", content=b" " * (limit + 1), headers=headers, timeout=60)
+    assert declared.status_code == 413 and declared.json()["error"] == "body_too_large"
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(17):
+            yield b" " * (1024 * 1024)
+
+    streamed = httpx.post(url + "/feedback", content=chunks(), headers=headers, timeout=60)
+    assert streamed.status_code == 413
+    assert httpx.post(url + "/feedback", content=b'{"events": []}', headers=headers).status_code == 200
