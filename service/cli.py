@@ -38,7 +38,9 @@ def serve(
     host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
-    insecure: Annotated[bool, typer.Option(help="allow a non-loopback bind without API keys")] = False,
+    insecure: Annotated[
+        bool, typer.Option(envvar="LATEBANDIT_INSECURE", help="allow a non-loopback bind without API keys")
+    ] = False,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
     redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
     database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
