@@ -124,7 +124,7 @@ class RedisStore:
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
         }
         self._cache: dict[str, _Cached] = {}
-        self._refreshing: dict[str, asyncio.Future[StateSnapshot]] = {}
+        self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
     async def close(self) -> None:
@@ -205,19 +205,22 @@ class RedisStore:
         if max_age <= 0:
             return await self._read(campaign)
         cached = self._cache.get(campaign.id)
-        if cached is not None and cached.version == campaign.version and time.monotonic() - cached.read_at <= max_age:
+        if cached is not None and cached.version != campaign.version:
+            cached = None  # read under another policy version, whose state a policy change has reset
+        if cached is not None and time.monotonic() - cached.read_at <= max_age:
             return StateSnapshot(cached.counters, cached.histogram)
-        refresh = self._refreshing.get(campaign.id)
+        key = (campaign.id, campaign.version)
+        refresh = self._refreshing.get(key)
         if refresh is None:
             refresh = asyncio.ensure_future(self._read(campaign))
-            self._refreshing[campaign.id] = refresh
-            refresh.add_done_callback(lambda done: self._refreshed(campaign.id, done))
-        if cached is not None and cached.version == campaign.version and not refresh.done():
+            self._refreshing[key] = refresh
+            refresh.add_done_callback(lambda done: self._refreshed(key, done))
+        if cached is not None and not refresh.done():
             return StateSnapshot(cached.counters, cached.histogram)
         return await asyncio.shield(refresh)
 
-    def _refreshed(self, campaign_id: str, done: asyncio.Future[StateSnapshot]) -> None:
-        self._refreshing.pop(campaign_id, None)
+    def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
+        self._refreshing.pop(key, None)
         if not done.cancelled():
             done.exception()  # retrieved: a failed refresh is retried by the next request, not logged as lost
 

@@ -177,3 +177,22 @@ async def test_a_policy_change_reaches_every_worker_and_survives_replay_and_rebu
         assert (again.arm, again.fallback) == ("b", False)
     finally:
         await rebuilt_store.close()
+
+
+async def test_a_worker_never_reuses_a_histogram_read_under_the_previous_version(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Workers reuse a histogram read for up to snapshot_interval; not across a policy change made elsewhere."""
+    first, second = (RedisStore(redis_url, redis_prefix) for _ in range(2))
+    try:
+        campaign = make_campaign()
+        await first.create_campaign(campaign, {})
+        await first.record_decision(campaign, pull(campaign, 0, T0, "d0"), None, 60)
+        assert len((await first.snapshot(campaign, 60.0)).histogram.count) == 1  # cached for a minute
+        changed = await second.change_policy(campaign.with_policy(TO_FIXED_B), {})
+        assert changed is not None
+        fresh = await first.snapshot(changed, 60.0)
+        assert (fresh.counters.decisions, len(fresh.histogram.count)) == (0, 0)
+    finally:
+        await first.close()
+        await second.close()
