@@ -99,20 +99,22 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         assert httpx.post(server.url + "/choose", json={"campaign": "ops"}).status_code == 401
         unknown = {"Authorization": f"Bearer {WRONG_KEY}"}
         assert httpx.post(server.url + "/choose", json={"campaign": "ops"}, headers=unknown).status_code == 401
+        before = iso(datetime.now(UTC))  # a conversion dated before its decision (within the skew) has delay 0
         traced = http.post("/choose", json={"campaign": "ops"}, headers={"X-Request-ID": "trace-42"})
         assert traced.headers["x-request-id"] == "trace-42"
         decisions = [traced.json()] + [http.post("/choose", json={"campaign": "ops"}).json() for _ in range(29)]
         generated = http.get("/healthz").headers["x-request-id"]
         assert len(generated) == 32
 
-        now = iso(datetime.now(UTC))
-        conversions = [{"type": "conversion", "event_id": f"e{i}", "decision_id": d["decision_id"], "occurred_at": now}
-                       for i, d in enumerate(decisions[:5])]  # fmt: skip
-        bad = [{"type": "conversion", "decision_id": decisions[5]["decision_id"][:-4] + "AAAA", "occurred_at": now}]
+        conversions = [
+            {"type": "conversion", "event_id": f"e{i}", "decision_id": d["decision_id"], "occurred_at": before}
+            for i, d in enumerate(decisions[:5])
+        ]
+        bad = [{"type": "conversion", "decision_id": decisions[5]["decision_id"][:-4] + "AAAA", "occurred_at": before}]
         body = http.post("/feedback", json={"events": [*conversions, conversions[0], *bad]}).json()
         assert (body["accepted"], body["duplicates"]) == (5, 1)
         assert [item["reason"] for item in body["rejected"]] == ["bad_decision_id"]
-        time.sleep(3)  # past the 2 s window: a conversion reported now is censored
+        time.sleep(3)  # past the 2 s window: a conversion occurring now is censored
         late = {"type": "conversion", "decision_id": decisions[6]["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
 
