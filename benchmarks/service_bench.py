@@ -136,6 +136,7 @@ def main() -> None:
         "LATEBANDIT_REDIS_PREFIX": prefix,
         "LATEBANDIT_DATABASE_URL": database_url,
         "LATEBANDIT_SECRET": SECRET,
+        "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
         "BENCH_REDIS_URL": REDIS_URL,
     }
     servers: list[Server] = []

@@ -112,6 +112,16 @@ class CampaignSpec(BaseModel):
         return None if self.decisions_per_second is None else 1.0 / self.decisions_per_second
 
 
+class PolicyChange(BaseModel):
+    """What ``POST /campaigns/{id}/policy`` takes: a new policy and, optionally, a new delay model (a
+    delay-corrected policy needs one). Arms, window and buckets stay: tokens and histograms depend on them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicySpec
+    delay: dict[str, Any] | None = None
+
+
 class Campaign(CampaignSpec):
     """A stored campaign: the spec plus what the service keeps about it."""
 
@@ -159,6 +169,13 @@ class Campaign(CampaignSpec):
     @cached_property
     def arm_index(self) -> dict[str, int]:
         return {arm: index for index, arm in enumerate(self.arms)}
+
+    def with_policy(self, change: PolicyChange) -> Campaign:
+        """The campaign's next policy version, validated as a whole campaign (ValueError if inconsistent)."""
+        spec = CampaignSpec.model_validate(
+            self.model_dump(include=set(CampaignSpec.model_fields)) | change.model_dump(exclude_none=True)
+        )
+        return Campaign(**spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at)
 
     def public(self) -> dict[str, Any]:
         body = self.model_dump(mode="json", exclude={"created_at"})

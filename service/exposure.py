@@ -31,6 +31,7 @@ from service.timeutil import MICROS
 class Exposure:
     effective: np.ndarray  # (K,) Ñ
     pending: np.ndarray  # (K,) pulls younger than the window without a counted conversion
+    pending_age: np.ndarray  # (K,) their mean age in seconds (at each bucket's mean pull time); NaN if none
     matured_cells: np.ndarray  # bool (n,): histogram cells whose pulls are all older than the window
 
 
@@ -67,5 +68,8 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     weight = np.where(matured, count * at_window, weight)
     effective = at_window * state.counters.matured + np.bincount(hist.arm, weight, minlength=arms)
     open_cells = ~matured
-    pending = np.bincount(hist.arm[open_cells], (hist.count - hist.converted)[open_cells], minlength=arms)
-    return Exposure(effective, pending.astype(np.int64), matured)
+    waiting = (hist.count - hist.converted)[open_cells]
+    pending = np.bincount(hist.arm[open_cells], waiting, minlength=arms)
+    age_sum = np.bincount(hist.arm[open_cells], waiting * mean_age[open_cells], minlength=arms)
+    pending_age = np.divide(age_sum, pending, out=np.full(arms, np.nan), where=pending > 0)
+    return Exposure(effective, pending.astype(np.int64), pending_age, matured)

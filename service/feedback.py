@@ -143,25 +143,22 @@ def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retent
 
 
 def anonymous_event(
-    campaign: Campaign, raw: dict[str, Any], signer: TokenSigner, now: int, max_skew: int, retention: float
+    campaign: Campaign, item: Conversion | dict[str, Any], now: int, max_skew: int, retention: float
 ) -> AnonymousEvent:
     """An aggregate, a watermark, or an attributed conversion read as an aggregate over the instant it
     occurred at (DESIGN.md: an anonymous learner may always be given attributed feedback), for a campaign
     whose policy learns from sums. Times in the future within the allowed skew are taken as now."""
-    kind = raw.get("type")
     ttl = math.ceil(campaign.allowed_lateness + retention)  # an aggregate is refused once its slots closed
+    if isinstance(item, Conversion):
+        at = min(item.occurred_at, now)
+        record: Record = {"type": "conversion", "campaign": campaign.id, "received_at": now,
+                          "event_id": item.event_id, "decision_id": item.decision_id,
+                          "decided_at": item.decided_at, "occurred_at": at, "value": item.value}  # fmt: skip
+        if item.arm < len(campaign.arms):
+            record["arm"] = campaign.arms[item.arm]
+        return AnonymousEvent("aggregate", at, at, item.value, item.event_id, item.decision_id, ttl, record)
+    raw, kind = item, item.get("type")
     base: Record = {"type": kind, "campaign": campaign.id, "received_at": now}
-    if kind == "conversion":
-        conversion = parse_conversion(raw, signer, now, max_skew)
-        if conversion.campaign != campaign.id:
-            raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {conversion.campaign!r}")
-        at = min(conversion.occurred_at, now)
-        record = {**base, "event_id": conversion.event_id, "decision_id": conversion.decision_id,
-                  "arm": campaign.arms[conversion.arm] if conversion.arm < len(campaign.arms) else None,
-                  "decided_at": conversion.decided_at, "occurred_at": at, "value": conversion.value}  # fmt: skip
-        return AnonymousEvent(
-            "aggregate", at, at, conversion.value, conversion.event_id, conversion.decision_id, ttl, record
-        )
     if kind == "watermark":
         at = _time(raw, "at")
         if at > now + max_skew:

@@ -2,8 +2,8 @@
 
 The store holds one schedule per campaign (service/store/schedule.py). A decision claims the next slot;
 the caller names the arm and propensity it expects (the slot's segment is rarely another than the last
-one this worker saw), because the decision id it signs carries the arm; when the store answers MOVED, the
-decision is retried with the slot's real arm. When the plan has run out and the next one is due, the
+one this worker saw), because the decision id it signs carries the arm; when the store answers OTHER_ARM,
+the decision is retried with the slot's real arm. When the plan has run out and the next one is due, the
 worker that sees it plans with the pure policy and commits the plan under the schedule's version, so that
 of several replicas exactly one plan wins (the others' commits are refused and change nothing).
 """
@@ -42,7 +42,7 @@ class Scheduler:
             arm, propensity = self._expected.get(campaign.id, (0, 1.0))
             pull = self.make_pull(campaign, arm, propensity, now, request_id)
             claim = await self.store.claim_slot(campaign, pull, request_id, ttl)
-            if claim.status is ClaimStatus.MOVED:
+            if claim.status is ClaimStatus.OTHER_ARM:
                 self._expected[campaign.id] = (claim.arm, claim.propensity)
             elif claim.status is ClaimStatus.NEEDS_PLAN:
                 await self.plan(campaign, now)
@@ -61,14 +61,14 @@ class Scheduler:
         plan = policy.plan(state, view.closed, view.open, self.rng)
         record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "plan",
                   "config": {"plan": plan.to_json(), "consumed": len(view.closed)}}  # fmt: skip
-        committed = await self.store.commit_plan(campaign, view.version, plan, len(view.closed), record)
+        committed = await self.store.commit_plan(campaign, view.version, plan, len(view.closed), record, now)
         if committed:
             metrics.PLANS.labels(metrics.campaign_label(campaign.id)).inc()
             logger.info("campaign %s: plan %d committed", campaign.id, view.version + 1)
         return committed
 
-    async def apply(self, campaign: Campaign, events: list[AnonymousEvent]) -> list[str]:
-        return await self.store.apply_anonymous(campaign, events)
+    async def apply(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        return await self.store.apply_anonymous(campaign, events, now)
 
 
 def describe_schedule(

@@ -18,7 +18,7 @@ import orjson
 
 from service.audit.export import record_to_line
 from service.audit.records import Record
-from service.campaign import Campaign, CampaignStatus
+from service.campaign import Campaign, CampaignStatus, PolicyChange
 from service.config import Settings
 from service.engine import describe_state
 from service.exposure import bucket_moments
@@ -96,12 +96,19 @@ class Replayer:
                 self.campaigns[campaign.id] = campaign
             return
         campaign_id, status = line.get("id") or line.get("campaign"), line.get("status")
-        if campaign_id in self.campaigns and status in CampaignStatus.__members__.values():
-            at = line.get("at")
-            if at is not None and not self._advance(parse_time(at)):
-                return
+        if campaign_id not in self.campaigns:
+            return
+        at = line.get("at")
+        if at is not None and not self._advance(parse_time(at)):
+            return
+        if "policy" in line:  # the next policy version, with a fresh state, as the service started it
+            change = PolicyChange(policy=line["policy"], delay=line.get("delay"))
+            changed = await self.store.change_policy(self.campaigns[campaign_id].with_policy(change), {})
+        elif status in CampaignStatus.__members__.values():
             changed = await self.store.set_status(campaign_id, CampaignStatus(status), {})
-            self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
+        else:
+            return
+        self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
 
     async def _decision(self, line: dict[str, Any]) -> None:
         campaign = self.campaigns.get(line["campaign"])

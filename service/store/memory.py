@@ -20,6 +20,7 @@ from service.campaign import Campaign, CampaignStatus
 from service.policies.schedule import Plan
 from service.store.base import (
     AnonymousEvent,
+    CampaignMoved,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -91,6 +92,18 @@ class MemoryStore:
         self._queue(memory, [record])
         return memory.campaign
 
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return None
+        if memory.campaign.version + 1 != campaign.version:
+            raise CampaignMoved(campaign.id)
+        memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
+        memory.counters = Counters.zeros(len(campaign.arms))
+        memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
+        self._queue(memory, [record])
+        return memory.campaign
+
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
@@ -126,6 +139,8 @@ class MemoryStore:
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
+        if memory.campaign.version != campaign.version:
+            return DecisionResult(DecisionStatus.MOVED)
         if memory.campaign.status is CampaignStatus.PAUSED:
             return DecisionResult(DecisionStatus.PAUSED)
         counters = memory.counters
@@ -152,6 +167,8 @@ class MemoryStore:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
         if memory.campaign.status is CampaignStatus.PAUSED:
             raise CampaignRefused("paused")
         outcomes: list[Outcome] = []
@@ -200,16 +217,18 @@ class MemoryStore:
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if memory.campaign.version != campaign.version:
+            return Claim(ClaimStatus.MOVED)
         if memory.campaign.status is CampaignStatus.PAUSED:
             return Claim(ClaimStatus.PAUSED)
         book = memory.schedule
         if book.plan is None:
             return Claim(ClaimStatus.NEEDS_PLAN)
-        now = self._clock()
+        now = pull.record["at"]
         slot = next_slot(book.slot, now, campaign.created_at, campaign.slot_us)
         _, segment = book.resolve(slot)
         if (segment.arm, segment.propensity) != (pull.arm, pull.propensity):
-            return Claim(ClaimStatus.MOVED, segment.arm, segment.propensity, version=book.version)
+            return Claim(ClaimStatus.OTHER_ARM, segment.arm, segment.propensity, version=book.version)
         book.claim(slot, now, campaign.created_at, campaign.slot_us)
         book.close_ready(now, campaign.lateness_us)
         memory.counters.decisions += 1
@@ -221,23 +240,27 @@ class MemoryStore:
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
         return self._campaigns[campaign.id].schedule.view()
 
-    async def commit_plan(self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record) -> bool:
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return False
-        earliest = next_slot(0, self._clock(), campaign.created_at, campaign.slot_us)
+        earliest = next_slot(0, now, campaign.created_at, campaign.slot_us)
         if not memory.schedule.commit(expected, plan, consumed, earliest if campaign.slot_us else 0):
             return False
         self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])
         return True
 
-    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent]) -> list[str]:
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
         if memory.campaign.status is CampaignStatus.PAUSED:
             raise CampaignRefused("paused")
-        book, now = memory.schedule, self._clock()
+        book = memory.schedule
         outcomes, recorded = [], []
         for event in events:
             outcome = self._classify_anonymous(memory, event)

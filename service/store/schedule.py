@@ -36,7 +36,8 @@ class ClaimStatus(StrEnum):
     PAUSED = "paused"
     UNKNOWN = "unknown"
     NEEDS_PLAN = "needs_plan"  # a campaign with no plan yet (just created, or rebuilt)
-    MOVED = "moved"  # the slot belongs to another arm or propensity than the caller expected: nothing claimed
+    OTHER_ARM = "other_arm"  # the slot belongs to another arm or propensity than the caller expected: nothing done
+    MOVED = "moved"  # the campaign is at another policy version than the caller's: it must reload it
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ def plan(*segments: tuple[int, int, bool], hold: int = 0, after: Next = Next.CLO
                 after, {"n": len(segments)})  # fmt: skip
 
 
-def pull(arm: int, name: str, propensity: float = 1.0) -> Pull:
-    return Pull(arm, 0, 0, (), name, propensity, {"type": "decision", "decision_id": name, "arm": arm})
+def pull(arm: int, name: str, at: int = T0, propensity: float = 1.0) -> Pull:
+    return Pull(arm, 0, 0, (), name, propensity, {"type": "decision", "decision_id": name, "arm": arm, "at": at})
 
 
 def aggregate(start: float, end: float, value: float, event_id: str | None = None) -> AnonymousEvent:
@@ -76,8 +76,8 @@ async def claim(store: StateStore, campaign: Campaign, clock: Clock, at: float, 
     clock.now = T0 + round(at * SECOND)
     arm = 0
     for _ in range(4):
-        result = await store.claim_slot(campaign, pull(arm, name), None, 60)
-        if result.status is not ClaimStatus.MOVED:
+        result = await store.claim_slot(campaign, pull(arm, name, clock.now), None, 60)
+        if result.status is not ClaimStatus.OTHER_ARM:
             assert result.status is ClaimStatus.NEW
             return result.arm, result.due
         arm = result.arm
@@ -89,22 +89,22 @@ async def test_claims_follow_the_plan_in_order_and_report_when_the_next_is_due(s
     store, campaign = stores(clock), make_campaign(lateness=60)
     await store.create_campaign(campaign, {"type": "campaign"})
     assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.NEEDS_PLAN
-    assert await store.commit_plan(campaign, 0, plan((0, 3, True), (1, 2, True), hold=2), 0, _plan_record())
-    assert not await store.commit_plan(campaign, 0, plan((1, 1, True)), 0, _plan_record())  # stale version
+    assert await store.commit_plan(campaign, 0, plan((0, 3, True), (1, 2, True), hold=2), 0, _plan_record(), clock.now)
+    assert not await store.commit_plan(campaign, 0, plan((1, 1, True)), 0, _plan_record(), clock.now)  # stale version
     moved = await store.claim_slot(campaign, pull(1, "y"), None, 60)
-    assert (moved.status, moved.arm) == (ClaimStatus.MOVED, 0)
+    assert (moved.status, moved.arm) == (ClaimStatus.OTHER_ARM, 0)
     arms = [await claim(store, campaign, clock, i, f"d{i}") for i in range(1, 9)]
     assert [arm for arm, _ in arms] == [0, 0, 0, 1, 1, 2, 2, 2]  # blocks of exactly 3 and 2, then the hold
     assert not any(due for _, due in arms)  # next CLOSED: the blocks' feedback is not complete yet
     view = await store.schedule_view(campaign)
     assert view.version == 1 and view.slot == 8 and len(view.open) == 3 and view.closed == []
     assert [(o.segment.arm, o.slots) for o in view.open] == [(0, 3), (1, 2), (2, 3)]
-    await store.apply_anonymous(campaign, [watermark(6)])  # both blocks ended by t = 6 s (the hold began)
+    await store.apply_anonymous(campaign, [watermark(6)], clock.now)  # both blocks ended by t = 6 s (the hold began)
     view = await store.schedule_view(campaign)
     assert [(o.segment.arm, o.slots) for o in view.closed] == [(0, 3), (1, 2)]
     assert view.closed_until == T0 + 6 * SECOND
     assert (await claim(store, campaign, clock, 9, "d9"))[1]  # now the next plan is due
-    assert await store.commit_plan(campaign, 1, plan((1, 2, True)), 2, _plan_record())
+    assert await store.commit_plan(campaign, 1, plan((1, 2, True)), 2, _plan_record(), clock.now)
     view = await store.schedule_view(campaign)
     assert view.version == 2 and view.closed == [] and view.credited == {0: (3, 0.0), 1: (2, 0.0)}
     assert [(await claim(store, campaign, clock, 10 + i, f"e{i}"))[0] for i in range(3)] == [1, 1, 0]
@@ -114,23 +114,24 @@ async def test_aggregates_are_split_over_segments_in_proportion_to_time(stores) 
     clock = Clock()
     store, campaign = stores(clock), make_campaign(lateness=1000)
     await store.create_campaign(campaign, {"type": "campaign"})
-    await store.commit_plan(campaign, 0, plan((0, 2, True), (1, 2, True), hold=2), 0, _plan_record())
+    await store.commit_plan(campaign, 0, plan((0, 2, True), (1, 2, True), hold=2), 0, _plan_record(), clock.now)
     for i in range(1, 6):
         await claim(store, campaign, clock, 10 * i, f"d{i}")  # segments start at 10 s (a), 30 s (b), 50 s (hold)
     outcomes = await store.apply_anonymous(
         campaign,
         [aggregate(20, 40, 4.0, "e1"), aggregate(35, 35, 1.0, "e2"), aggregate(45, 55, 2.0), aggregate(0, 5, 9.0),
          aggregate(20, 40, 4.0, "e1")],
+        clock.now,
     )  # fmt: skip
     assert outcomes == ["counted", "counted", "counted", "before_decision", "duplicate"]
     view = await store.schedule_view(campaign)
     assert [(o.segment.arm, o.reward) for o in view.open] == [(0, 2.0), (1, 2.0 + 1.0 + 1.0), (2, 1.0)]
-    assert (await store.apply_anonymous(campaign, [watermark(30)])) == ["counted"]
+    assert (await store.apply_anonymous(campaign, [watermark(30)], clock.now)) == ["counted"]
     view = await store.schedule_view(campaign)
     assert [(o.segment.arm, o.slots, o.reward) for o in view.closed] == [(0, 2, 2.0)]
-    late = await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")])
+    late = await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")], clock.now)
     assert late == ["phase_closed"]  # it reaches back before the closed segment's end: refused, recorded
-    assert (await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")])) == ["duplicate"]
+    assert (await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")], clock.now)) == ["duplicate"]
     entries = await store.read_audit(campaign.id, 100)
     outcomes = [record.get("outcome") for entry in entries for record in entry.records if record["type"] == "aggregate"]
     assert outcomes == ["counted", "counted", "counted", "phase_closed"]
@@ -140,7 +141,7 @@ async def test_lateness_closes_without_a_watermark(stores) -> None:
     clock = Clock()
     store, campaign = stores(clock), make_campaign(lateness=30)
     await store.create_campaign(campaign, {"type": "campaign"})
-    await store.commit_plan(campaign, 0, plan((0, 1, True), hold=1), 0, _plan_record())
+    await store.commit_plan(campaign, 0, plan((0, 1, True), hold=1), 0, _plan_record(), clock.now)
     await claim(store, campaign, clock, 1, "d1")
     await claim(store, campaign, clock, 2, "d2")  # the hold starts: the block ended at 2 s
     assert not (await claim(store, campaign, clock, 31, "d3"))[1]
@@ -152,7 +153,9 @@ async def test_wall_clock_slots(stores) -> None:
     clock = Clock()
     store, campaign = stores(clock), make_campaign(slot_seconds=10, lateness=0)
     await store.create_campaign(campaign, {"type": "campaign"})
-    await store.commit_plan(campaign, 0, plan((0, 2, True), (1, 1, True), (2, 1, True), hold=0), 0, _plan_record())
+    await store.commit_plan(
+        campaign, 0, plan((0, 2, True), (1, 1, True), (2, 1, True), hold=0), 0, _plan_record(), clock.now
+    )
     assert [(await claim(store, campaign, clock, at, f"d{at}"))[0] for at in (0.5, 3, 19.9)] == [0, 0, 0]
     assert (await claim(store, campaign, clock, 45, "late"))[0] == 0  # slots 3 (b) and 4 (c) went by: hold
     view = await store.schedule_view(campaign)
@@ -166,12 +169,12 @@ async def test_paused_and_unknown_campaigns(stores) -> None:
     store, campaign = stores(clock), make_campaign()
     assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.UNKNOWN
     with pytest.raises(CampaignRefused, match="unknown"):
-        await store.apply_anonymous(campaign, [watermark(1)])
+        await store.apply_anonymous(campaign, [watermark(1)], clock.now)
     await store.create_campaign(campaign, {"type": "campaign"})
     await store.set_status(campaign.id, CampaignStatus.PAUSED, {"type": "campaign"})
     assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.PAUSED
     with pytest.raises(CampaignRefused, match="paused"):
-        await store.apply_anonymous(campaign, [watermark(1)])
+        await store.apply_anonymous(campaign, [watermark(1)], clock.now)
 
 
 def _plan_record() -> dict:
@@ -228,18 +231,20 @@ async def _apply(store: StateStore, campaign: Campaign, clock: Clock, step: int,
     kind = operation[0]
     if kind == "claim":
         clock.now += operation[1]
-        claimed = await store.claim_slot(campaign, pull(step % 3, f"d{step}"), None, 60)
+        claimed = await store.claim_slot(campaign, pull(step % 3, f"d{step}", clock.now), None, 60)
         return (claimed.status, claimed.arm, claimed.due, claimed.version)
     if kind == "plan":
         view = await store.schedule_view(campaign)
         new = plan(*operation[1], hold=operation[2], after=operation[3])
-        return await store.commit_plan(campaign, view.version, new, min(len(view.closed), 1), _plan_record())
+        return await store.commit_plan(campaign, view.version, new, min(len(view.closed), 1), _plan_record(), clock.now)
     if kind == "watermark":
         at = clock.now + operation[1]
-        return await store.apply_anonymous(campaign, [AnonymousEvent("watermark", at, at, 0.0, None, None, 60, {})])
+        return await store.apply_anonymous(
+            campaign, [AnonymousEvent("watermark", at, at, 0.0, None, None, 60, {})], clock.now
+        )
     start = clock.now + operation[1]
     event = AnonymousEvent("aggregate", start, start + operation[2], operation[3], operation[4], None, 60, {})
-    return await store.apply_anonymous(campaign, [event])
+    return await store.apply_anonymous(campaign, [event], clock.now)
 
 
 def test_observed_of_a_record_counts_its_slots() -> None:

@@ -3,13 +3,14 @@
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (hash), dedup expiry (zset).
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
--- '', expires s]), audit records (one JSON document per event, joined by newlines).
--- Returns one outcome per event, or {'paused'} / {'unknown'} for the whole batch.
+-- '', expires s]), audit records (one JSON document per event, joined by newlines), policy version.
+-- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
 local counters, sched, segments, starts, closed, audit, seen, expiry =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now, lateness = tonumber(ARGV[1]), tonumber(ARGV[2])
 local paused = redis.call('HGET', counters, 'paused')
 if not paused then return {'unknown'} end
+if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[5] then return {'moved'} end
 if paused == '1' then return {'paused'} end
 local num = field_reader(sched)
 local now_s = math.floor(now / 1000000)

@@ -2,9 +2,10 @@
 -- Claim the next slot of a planning campaign's schedule for one decision (mirrors store/schedule.py).
 -- KEYS: counters, sched, segments, starts (zset), closed (list), audit[, request].
 -- ARGV: now µs, expected arm, expected propensity (Python repr), decision id, request ttl, audit record,
---       slot µs (0: one decision per slot), created µs, lateness µs.
+--       slot µs (0: one decision per slot), created µs, lateness µs, policy version.
 -- Returns {status, arm or earlier decision, propensity, due, version}; status 0 new, 1 repeated,
--- 2 paused, 3 unknown, 4 needs a plan, 5 moved (the slot is another arm's: nothing changed).
+-- 2 paused, 3 unknown, 4 needs a plan, 5 other arm (the slot is another arm's: nothing changed), 6 moved (the
+-- campaign is at another policy version: the caller reloads it).
 local counters, sched, segments, starts, closed, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local num = field_reader(sched)
@@ -15,6 +16,7 @@ if #KEYS == 7 then
 end
 local paused = redis.call('HGET', counters, 'paused')
 if not paused then return {3, '', '', 0, 0} end
+if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[10] then return {6, '', '', 0, 0} end
 if paused == '1' then return {2, '', '', 0, 0} end
 local table_json = redis.call('HGET', sched, 'table')
 if not table_json then return {4, '', '', 0, 0} end

@@ -1,7 +1,7 @@
 """Allow the audit log to hold committed plans and refused late aggregates.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-23 00:00:00
 
 Planning policies (ODAAF, ARS-*, CLW) commit plans that a rebuild must replay (campaign action ``plan``),
@@ -15,20 +15,20 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | None = "0001"
+revision: str = "0003"
+down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 OUTCOMES = "'counted', 'censored', 'repeat', 'stale', 'duplicate'"
-ACTIONS = "'create', 'pause', 'resume'"
+ACTIONS = "'create', 'pause', 'resume', 'policy'"
 
 
 def _constraints(actions: str, outcomes: str) -> None:
-    with op.batch_alter_table("audit_campaign_events") as batch:
+    with op.batch_alter_table("audit_campaign_events", recreate="auto") as batch:
         batch.drop_constraint(op.f("ck_audit_campaign_events_action"), type_="check")
         batch.create_check_constraint(op.f("ck_audit_campaign_events_action"), f"action IN ({actions})")
-    with op.batch_alter_table("audit_feedback") as batch:
+    with op.batch_alter_table("audit_feedback", recreate="auto") as batch:
         batch.drop_constraint(op.f("ck_audit_feedback_outcome"), type_="check")
         batch.create_check_constraint(op.f("ck_audit_feedback_outcome"), f"outcome IN ({outcomes})")
 
@@ -38,4 +38,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM audit_campaign_events WHERE action = 'plan'")
+    op.execute("DELETE FROM audit_feedback WHERE outcome = 'phase_closed'")
     _constraints(ACTIONS, OUTCOMES)
