@@ -344,7 +344,7 @@ class RedisStore:
 
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
         cid = campaign.id
-        async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
+        async with self._reachable("schedule"), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.sched(cid))
             pipe.hgetall(self.keys.segments(cid))
             pipe.lrange(self.keys.closed(cid), 0, -1)
