@@ -431,9 +431,7 @@ class DecisionEngine:
         as_of = self.clock() if at is None else at
         if campaign.plans:
             snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)
-            arms, policy_state = describe_schedule(campaign, snapshot.counters, view)
-            return {"campaign": campaign.id, "policy": campaign.policy.name, "decisions": snapshot.counters.decisions,
-                    "as_of": format_time(as_of), "arms": arms, "policy_state": policy_state}  # fmt: skip
+            return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         metrics.publish_arms(campaign.id, body["arms"])
         return body

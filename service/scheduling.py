@@ -71,11 +71,10 @@ class Scheduler:
         return await self.store.apply_anonymous(campaign, events, now)
 
 
-def describe_schedule(
-    campaign: Campaign, counters: Counters, view: ScheduleView
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``arms`` and ``policy_state`` of the state object for a planning campaign: per arm the slots and
-    reward credited to its counted segments (closed ones, plus the open ones' sums so far)."""
+def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView, as_of: int) -> dict[str, Any]:
+    """The CONTRACT.md state object of a planning campaign: per arm the slots (``effective_pulls``) and the
+    reward (``conversions``) credited to its counted segments, closed ones plus the open ones' sums so far;
+    ``policy_state`` shows the plan, the schedule's position and what closed it."""
     slots = np.zeros(len(campaign.arms))
     reward = np.zeros(len(campaign.arms))
     for arm, (closed_slots, closed_reward) in view.credited.items():
@@ -114,4 +113,5 @@ def describe_schedule(
         "slot_seconds": campaign.slot_seconds,
         "allowed_lateness": campaign.allowed_lateness,
     }  # fmt: skip
-    return arms, state
+    return {"campaign": campaign.id, "policy": campaign.policy.name, "decisions": counters.decisions,
+            "as_of": format_time(as_of), "arms": arms, "policy_state": state}  # fmt: skip

@@ -299,7 +299,9 @@ class MemoryStore:
         """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` seconds (from
         the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
-        self._campaigns[memory.campaign.id] = CampaignMemory(memory.campaign, memory.counters, memory.cells, expiring)
+        self._campaigns[memory.campaign.id] = CampaignMemory(
+            memory.campaign, memory.counters, memory.cells, expiring, schedule=memory.schedule
+        )
 
     # audit queue ----------------------------------------------------------------------------------
 

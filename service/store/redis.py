@@ -49,7 +49,7 @@ from service.store.base import (
     StoreUnavailable,
 )
 from service.store.keys import Keys
-from service.store.schedule import Claim, ClaimStatus, PlayedSegment, ScheduleView, next_slot
+from service.store.schedule import Claim, ClaimStatus, PlayedSegment, ScheduleBook, ScheduleView, next_slot
 from service.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
@@ -412,18 +412,50 @@ class RedisStore:
 
     # rebuild --------------------------------------------------------------------------------------
 
+    def _write_schedule(self, pipe: Pipeline, cid: str, book: ScheduleBook) -> None:
+        """The Redis form of an embedded schedule (the fields the schedule scripts read)."""
+        assert book.plan is not None
+        fields: dict[str, str | bytes] = {
+            "plan": orjson.dumps(book.plan.to_json()), "table": schedule_table(book.plan),
+            **_integers({"v": book.version, "start": book.start, "slot": book.slot, "cur": book.current,
+                         "first": book.first_record, "last": book.last_record, "crid": book.closed_through,
+                         "cuntil": book.closed_until, "wm": book.watermark}),
+        }  # fmt: skip
+        for arm, (slots, reward) in book.credited.items():
+            fields |= {f"cs:{arm}": str(slots), f"cr:{arm}": repr(float(reward))}
+        pipe.hset(self.keys.sched(cid), mapping=fields)
+        for record in book.records.values():
+            item = record.id
+            values = {f"{item}:j": orjson.dumps(record.segment.to_json()), f"{item}:a": str(record.segment.arm),
+                      f"{item}:c": str(int(record.segment.counted)), f"{item}:f": str(record.first),
+                      f"{item}:s": str(record.start), f"{item}:r": repr(float(record.reward))}  # fmt: skip
+            if record.end is not None and record.next_first is not None:
+                values |= {f"{item}:x": str(record.end), f"{item}:y": str(record.next_first)}
+            pipe.hset(self.keys.segments(cid), mapping=values)
+            pipe.zadd(self.keys.starts(cid), {str(item): record.start})
+        for observed in book.closed:
+            entry = {"segment": observed.segment.to_json(), "slots": observed.slots, "reward": observed.reward}
+            pipe.rpush(self.keys.closed(cid), orjson.dumps(entry))
+
     async def replace_state(
-        self, campaign: Campaign, counters: Counters, histogram: Histogram, expiring: dict[str, tuple[str, int]]
+        self,
+        campaign: Campaign,
+        counters: Counters,
+        histogram: Histogram,
+        expiring: dict[str, tuple[str, int]],
+        schedule: ScheduleBook | None = None,
     ) -> None:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
-        remaining seconds."""
+        remaining seconds; ``schedule``, a planning campaign's schedule as the embedded store keeps it."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
             _write_histogram(pipe, self.keys.cells(cid), histogram)
+            if schedule is not None and schedule.plan is not None:
+                self._write_schedule(pipe, cid, schedule)
             for suffix, (value, seconds) in expiring.items():
                 if suffix.startswith("req:"):
                     pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
@@ -433,6 +465,10 @@ class RedisStore:
             pipe.sadd(self.keys.registry(), cid)
             await pipe.execute()
         self._cache.pop(cid, None)
+
+
+def _integers(values: dict[str, int]) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items()}
 
 
 def schedule_table(plan: Plan) -> bytes:
