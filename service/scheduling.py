@@ -3,9 +3,9 @@
 The store holds one schedule per campaign (service/store/schedule.py). A decision claims the next slot;
 the caller names the arm and propensity it expects (the slot's segment is rarely another than the last
 one this worker saw), because the decision id it signs carries the arm; when the store answers OTHER_ARM,
-the decision is retried with the slot's real arm. When the plan has run out and the next one is due, the
-worker that sees it plans with the pure policy and commits the plan under the schedule's version, so that
-of several replicas exactly one plan wins (the others' commits are refused and change nothing).
+the decision is retried with the slot's real arm. When the plan has run out and the next one may be made,
+the worker whose claim finds it so (NEEDS_PLAN) plans with the pure policy and commits the plan under
+the schedule's version: of several replicas exactly one plan wins (the others' commits change nothing).
 """
 
 from __future__ import annotations
@@ -47,8 +47,6 @@ class Scheduler:
             elif claim.status is ClaimStatus.NEEDS_PLAN:
                 await self.plan(campaign, now)
             else:
-                if claim.due:
-                    await self.plan(campaign, now)
                 return claim
         raise StoreUnavailable(f"campaign {campaign.id!r}: no slot could be claimed in {MAX_ATTEMPTS} attempts")
 

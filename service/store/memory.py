@@ -226,7 +226,12 @@ class MemoryStore:
             return Claim(ClaimStatus.NEEDS_PLAN)
         now = pull.record["at"]
         slot = next_slot(book.slot, now, campaign.created_at, campaign.slot_us)
-        _, segment = book.resolve(slot)
+        index, segment = book.resolve(slot)
+        if index == -1:
+            book.end_plan(now, campaign.created_at, campaign.slot_us)
+            book.close_ready(now, campaign.lateness_us)
+            if book.due():
+                return Claim(ClaimStatus.NEEDS_PLAN, version=book.version)
         if (segment.arm, segment.propensity) != (pull.arm, pull.propensity):
             return Claim(ClaimStatus.OTHER_ARM, segment.arm, segment.propensity, version=book.version)
         book.claim(slot, now, campaign.created_at, campaign.slot_us)
@@ -235,7 +240,7 @@ class MemoryStore:
         memory.counters.pulls[pull.arm] += 1
         self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [{**pull.record, "seq": memory.counters.decisions}])
-        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, book.due(), book.version)
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, book.version)
 
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
         return self._campaigns[campaign.id].schedule.view()

@@ -331,16 +331,16 @@ class RedisStore:
             pull.record["at"], pull.arm, repr(pull.propensity), pull.decision_id, ttl, orjson.dumps(pull.record),
             campaign.slot_us or 0, campaign.created_at, campaign.lateness_us, campaign.version,
         ]  # fmt: skip
-        status, arm, propensity, due, version = await self._run("claim_slot", keys, args)
+        status, arm, propensity, version = await self._run("claim_slot", keys, args)
         if status == 1:
             earlier = _earlier(arm)
             return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
         if status in (2, 3, 4, 6):
             refusals = {2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED}
-            return Claim(refusals[status])
+            return Claim(refusals[status], version=int(version))
         if status == 5:
             return Claim(ClaimStatus.OTHER_ARM, int(arm), float(propensity), version=int(version))
-        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, bool(due), int(version))
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, int(version))
 
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
         cid = campaign.id

@@ -12,8 +12,10 @@ and a segment lasts exactly its planned number of slots. The schedule holds:
   An aggregate reaching back before ``closed_until`` is refused (``phase_closed``), recorded, never lost.
 
 Slots: one per decision (default), or wall-clock slots of ``slot_seconds`` counted from the campaign's
-creation, in which every decision gets the slot's arm. When a plan has been played and the next one is not
-in place yet, its ``hold`` segment is played (a new record), and the claim reports the next plan as due.
+creation, in which every decision gets the slot's arm. When a plan has been played, the claim that finds
+it so ends its last record there; if the next plan may be made (at once, or once its feedback is closed)
+the claim takes nothing and asks for the plan (NEEDS_PLAN), so no slot is spent waiting; otherwise the
+plan's ``hold`` segment is played (a new record) until the next plan is in place.
 
 ``ScheduleBook`` is the embedded store's implementation; lua/claim_slot.lua, commit_plan.lua and
 apply_anonymous.lua mirror it line for line, and the same contract tests run against both.
@@ -46,7 +48,6 @@ class Claim:
     arm: int = -1
     propensity: float = 0.0
     decision_id: str = ""
-    due: bool = False  # the plan has run out and the next one may be made now
     version: int = 0
 
 
@@ -89,6 +90,11 @@ def next_slot(last: int, now: int, created: int, slot_us: int | None) -> int:
     return last + 1 if slot_us is None else max(last, (now - created) // slot_us + 1)
 
 
+def slot_start(slot: int, now: int, created: int, slot_us: int | None) -> int:
+    """The event time a slot starts at: the claim's time, or the wall-clock slot boundary."""
+    return now if slot_us is None else created + (slot - 1) * slot_us
+
+
 @dataclass
 class ScheduleBook:
     version: int = 0
@@ -115,20 +121,20 @@ class ScheduleBook:
             position -= segment.slots
         return -1, self.plan.hold
 
-    def slot_start(self, slot: int, now: int, created: int, slot_us: int | None) -> int:
-        """The event time a slot starts at: the first claim's time, or the wall-clock slot boundary."""
-        return now if slot_us is None else created + (slot - 1) * slot_us
-
     def claim(self, slot: int, now: int, created: int, slot_us: int | None) -> PlayedSegment:
         """Take ``slot`` (>= the last one), opening a record for each segment entered on the way (several
         only with wall-clock slots, when no decision was asked for during a whole segment)."""
         target, _ = self.resolve(slot)
+        self._enter(target, now, created, slot_us)
+        self.slot = slot
+        return self.records[self.last_record]
+
+    def _enter(self, target: int, now: int, created: int, slot_us: int | None) -> None:
+        """Open a record for each segment entered until plan index ``target``."""
         while self.current != target:
             index = self._following(self.current)
             first = self.first_slot(index)
-            self._open(index, first, now if slot_us is None else created + (first - 1) * slot_us)
-        self.slot = slot
-        return self.records[self.last_record]
+            self._open(index, first, slot_start(first, now, created, slot_us))
 
     def _following(self, index: int) -> int:
         """The plan index entered after ``index`` (segments in order, then the hold)."""
@@ -168,9 +174,20 @@ class ScheduleBook:
             del self.records[record.id]
             self.closed_through, self.closed_until = record.id, record.end
 
+    def end_plan(self, now: int, created: int, slot_us: int | None) -> None:
+        """A claim is past the plan: end its last record where the plan ends (the hold opens on a claim)."""
+        assert self.plan is not None
+        if self.current == -1 or not self.plan.segments:
+            return
+        self._enter(len(self.plan.segments) - 1, now, created, slot_us)  # wall-clock segments with no decision
+        record = self.records[self.last_record]
+        if record.end is None:
+            ends = self.first_slot(-1)
+            record.end, record.next_first = slot_start(ends, now, created, slot_us), ends
+
     def due(self) -> bool:
-        """The plan has run out (its hold is being played) and the next plan may be made."""
-        if self.plan is None or self.current != -1 or self.plan.next == Next.NEVER:
+        """The plan has been played and the next plan may be made."""
+        if self.plan is None or self.plan.next == Next.NEVER:
             return False
         if self.plan.next == Next.PLAYED:
             return True

@@ -71,15 +71,18 @@ def watermark(at: float) -> AnonymousEvent:
                           {"type": "watermark"})  # fmt: skip
 
 
-async def claim(store: StateStore, campaign: Campaign, clock: Clock, at: float, name: str) -> tuple[int, bool]:
-    """Claim a slot at ``at`` seconds, following MOVED answers as the engine does; (arm, due)."""
+async def claim(store: StateStore, campaign: Campaign, clock: Clock, at: float, name: str) -> int | None:
+    """Claim a slot at ``at`` seconds, following OTHER_ARM answers as the engine does: the arm, or None
+    when the store asks for the next plan."""
     clock.now = T0 + round(at * SECOND)
     arm = 0
     for _ in range(4):
         result = await store.claim_slot(campaign, pull(arm, name, clock.now), None, 60)
+        if result.status is ClaimStatus.NEEDS_PLAN:
+            return None
         if result.status is not ClaimStatus.OTHER_ARM:
             assert result.status is ClaimStatus.NEW
-            return result.arm, result.due
+            return result.arm
         arm = result.arm
     raise AssertionError("claims kept moving")
 
@@ -94,8 +97,7 @@ async def test_claims_follow_the_plan_in_order_and_report_when_the_next_is_due(s
     moved = await store.claim_slot(campaign, pull(1, "y"), None, 60)
     assert (moved.status, moved.arm) == (ClaimStatus.OTHER_ARM, 0)
     arms = [await claim(store, campaign, clock, i, f"d{i}") for i in range(1, 9)]
-    assert [arm for arm, _ in arms] == [0, 0, 0, 1, 1, 2, 2, 2]  # blocks of exactly 3 and 2, then the hold
-    assert not any(due for _, due in arms)  # next CLOSED: the blocks' feedback is not complete yet
+    assert arms == [0, 0, 0, 1, 1, 2, 2, 2]  # blocks of exactly 3 and 2, then the hold: their feedback is open
     view = await store.schedule_view(campaign)
     assert view.version == 1 and view.slot == 8 and len(view.open) == 3 and view.closed == []
     assert [(o.segment.arm, o.slots) for o in view.open] == [(0, 3), (1, 2), (2, 3)]
@@ -103,11 +105,13 @@ async def test_claims_follow_the_plan_in_order_and_report_when_the_next_is_due(s
     view = await store.schedule_view(campaign)
     assert [(o.segment.arm, o.slots) for o in view.closed] == [(0, 3), (1, 2)]
     assert view.closed_until == T0 + 6 * SECOND
-    assert (await claim(store, campaign, clock, 9, "d9"))[1]  # now the next plan is due
+    assert await claim(store, campaign, clock, 9, "d9") is None  # now the next plan is due: no slot taken
     assert await store.commit_plan(campaign, 1, plan((1, 2, True)), 2, _plan_record(), clock.now)
     view = await store.schedule_view(campaign)
     assert view.version == 2 and view.closed == [] and view.credited == {0: (3, 0.0), 1: (2, 0.0)}
-    assert [(await claim(store, campaign, clock, 10 + i, f"e{i}"))[0] for i in range(3)] == [1, 1, 0]
+    assert [await claim(store, campaign, clock, 10 + i, f"e{i}") for i in range(3)] == [1, 1, 0]
+    view = await store.schedule_view(campaign)
+    assert view.slot == 11 and [(o.segment.arm, o.slots) for o in view.open] == [(2, 3), (1, 2), (0, 1)]
 
 
 async def test_aggregates_are_split_over_segments_in_proportion_to_time(stores) -> None:
@@ -143,9 +147,9 @@ async def test_lateness_closes_without_a_watermark(stores) -> None:
     await store.create_campaign(campaign, {"type": "campaign"})
     await store.commit_plan(campaign, 0, plan((0, 1, True), hold=1), 0, _plan_record(), clock.now)
     await claim(store, campaign, clock, 1, "d1")
-    await claim(store, campaign, clock, 2, "d2")  # the hold starts: the block ended at 2 s
-    assert not (await claim(store, campaign, clock, 31, "d3"))[1]
-    assert (await claim(store, campaign, clock, 32, "d4"))[1]  # 2 s + 30 s of lateness
+    assert await claim(store, campaign, clock, 2, "d2") == 1  # the hold starts: the block ended at 2 s
+    assert await claim(store, campaign, clock, 31, "d3") == 1
+    assert await claim(store, campaign, clock, 32, "d4") is None  # 2 s + 30 s of lateness: the next plan
 
 
 async def test_wall_clock_slots(stores) -> None:
@@ -156,11 +160,12 @@ async def test_wall_clock_slots(stores) -> None:
     await store.commit_plan(
         campaign, 0, plan((0, 2, True), (1, 1, True), (2, 1, True), hold=0), 0, _plan_record(), clock.now
     )
-    assert [(await claim(store, campaign, clock, at, f"d{at}"))[0] for at in (0.5, 3, 19.9)] == [0, 0, 0]
-    assert (await claim(store, campaign, clock, 45, "late"))[0] == 0  # slots 3 (b) and 4 (c) went by: hold
+    assert [await claim(store, campaign, clock, at, f"d{at}") for at in (0.5, 3, 19.9)] == [0, 0, 0]
+    # Slots 3 (b) and 4 (c) went by with no decision: still played; lateness 0 closes them, so at 45 s the
+    # plan is over and the next one is due (no slot is spent on the hold).
+    assert await claim(store, campaign, clock, 45, "late") is None
     view = await store.schedule_view(campaign)
-    spans = [(o.segment.arm, o.slots) for o in view.closed + view.open]
-    assert spans == [(0, 2), (1, 1), (2, 1), (0, 1)]
+    assert [(o.segment.arm, o.slots) for o in view.closed + view.open] == [(0, 2), (1, 1), (2, 1)]
     assert view.closed_until == T0 + 40 * SECOND  # lateness 0: closed as soon as the next segment began
 
 
@@ -232,7 +237,7 @@ async def _apply(store: StateStore, campaign: Campaign, clock: Clock, step: int,
     if kind == "claim":
         clock.now += operation[1]
         claimed = await store.claim_slot(campaign, pull(step % 3, f"d{step}", clock.now), None, 60)
-        return (claimed.status, claimed.arm, claimed.due, claimed.version)
+        return (claimed.status, claimed.arm, claimed.version)
     if kind == "plan":
         view = await store.schedule_view(campaign)
         new = plan(*operation[1], hold=operation[2], after=operation[3])
