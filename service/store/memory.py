@@ -164,13 +164,7 @@ class MemoryStore:
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            raise CampaignRefused("unknown")
-        if memory.campaign.version != campaign.version:
-            raise CampaignRefused("moved")
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            raise CampaignRefused("paused")
+        memory = self._accepting_feedback(campaign)
         outcomes: list[Outcome] = []
         recorded: list[Record] = []
         for event in events:
@@ -258,13 +252,7 @@ class MemoryStore:
         return True
 
     async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
-        memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            raise CampaignRefused("unknown")
-        if memory.campaign.version != campaign.version:
-            raise CampaignRefused("moved")
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            raise CampaignRefused("paused")
+        memory = self._accepting_feedback(campaign)
         book = memory.schedule
         outcomes, recorded = [], []
         for event in events:
@@ -276,6 +264,17 @@ class MemoryStore:
         if recorded:
             self._queue(memory, recorded)
         return outcomes
+
+    def _accepting_feedback(self, campaign: Campaign) -> CampaignMemory:
+        """The campaign's memory, or CampaignRefused: unknown, at another policy version, or paused."""
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            raise CampaignRefused("paused")
+        return memory
 
     def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> str:
         book = memory.schedule
