@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from service.delays import DelayModel, delay_from_spec
 from service.ids import Identifier
 from service.policies import POLICIES, Policy, make_policy
+from service.policies.floor import check_floor
 from service.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -65,6 +66,9 @@ class CampaignSpec(BaseModel):
     )
     default_arm: Identifier | None = None
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
+    exploration_floor: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="minimum propensity of every arm (0: off), at most 1/#arms"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:
@@ -76,7 +80,7 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
         if self.policy.name not in POLICIES:
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
-        build_policy(self.policy, self.arms)
+        check_floor(build_policy(self.policy, self.arms), self.exploration_floor)
         try:
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows

@@ -20,6 +20,7 @@ from service.campaign import Campaign, CampaignSpec, CampaignStatus
 from service.exposure import Exposure, bucket_moments, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
 from service.policies.base import EPS_N, ArmStats
+from service.policies.floor import with_floor
 from service.store.base import (
     CampaignRefused,
     DecisionResult,
@@ -167,7 +168,7 @@ class DecisionEngine:
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
         stats = await self._stats(campaign, state, now)
-        choice = campaign.policy_impl.choose(stats, self.rng)
+        choice = with_floor(campaign.policy_impl.choose(stats, self.rng), campaign.exploration_floor, self.rng)
         pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
         ttl = math.ceil(self.options.request_ttl)
         result = await self.store.record_decision(campaign, pull, request_id, ttl)

@@ -43,6 +43,9 @@ class ArmStats:
 class Choice:
     arm: np.ndarray  # (R,) int64
     propensity: np.ndarray  # (R,) probability the policy had of choosing that arm
+    # (R, K) the probability of every arm, for the policies that report it (``reports_probabilities``):
+    # an exploration floor and an off-policy evaluation need the chance of arms the policy did not choose.
+    probabilities: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ def uniform_among(candidates: np.ndarray, rng: np.random.Generator) -> Choice:
     """One True entry per row, uniformly. Always draws R·K uniforms, so a batch of R runs consumes the
     generator exactly like R successive one-run calls (batch and service agree draw for draw)."""
     keys = np.where(candidates, rng.random(candidates.shape), -1.0)
-    return Choice(keys.argmax(axis=1).astype(np.int64), 1.0 / candidates.sum(axis=1))
+    count = candidates.sum(axis=1)
+    return Choice(keys.argmax(axis=1).astype(np.int64), 1.0 / count, candidates / count[:, None])
 
 
 class Policy(ABC):
@@ -93,6 +97,7 @@ class Policy(ABC):
     name: ClassVar[str]
     feedback: ClassVar[str] = "attributed"
     delay_corrected: ClassVar[bool] = False
+    reports_probabilities: ClassVar[bool] = False  # its Choice carries every arm's probability
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, **params: Any) -> None:
@@ -129,6 +134,7 @@ class Policy(ABC):
 class IndexPolicy(Policy):
     """Optimistic index policies: forced exploration first, then the argmax of the index (§2.5)."""
 
+    reports_probabilities: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"epsilon": Param(float, 0.0, 0.0)}
 
     @abstractmethod

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from service.policies import make_policy
+from service.policies.floor import with_floor
 from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, policy_generator
 from service.sim.feeds import Ledger, make_feed
@@ -104,7 +105,7 @@ def run_policy(
     point, reported, started = 0, 0, time.perf_counter()
     for n in range(1, scenario.horizon + 1):
         t.fill(n)
-        arms = policy.choose(feed.stats(t), rng).arm
+        arms = with_floor(policy.choose(feed.stats(t), rng), spec.exploration_floor, rng).arm
         pull = env.pull(arms)
         ledger.pulls[run_index, arms] += 1.0
         exposure.push(arms)
