@@ -51,7 +51,7 @@ def mean_interval(terms: np.ndarray) -> tuple[float, tuple[float, float]]:
         return float("nan"), (float("nan"), float("nan"))
     mean = float(present.mean())
     half = Z95 * float(present.std(ddof=1)) / np.sqrt(present.size)
-    return mean, (mean - half, mean + half)
+    return mean, (float(mean - half), float(mean + half))
 
 
 def weights(log: LoggedArrays, probabilities: np.ndarray, clip: float) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,7 +77,14 @@ class History:
             heapq.heappush(self._due, (conversion.occurred_at, self._seq, decision.decision_id, index, decision))
         self.changed = True
 
-    async def stats(self) -> ArmStats:
+    async def stats(self, delay_corrected: bool) -> ArmStats:
+        """What the policy is shown now. A delay-naive policy reads only the counters, so the histogram
+        is neither rebuilt nor aged for it (Ñ is then the raw pulls, as ``Policy.effective_pulls`` says)."""
+        if not delay_corrected:
+            counters = (await self.store.snapshot(self.campaign, math.inf)).counters
+            self.changed = False
+            pulls = counters.pulls[None, :].astype(np.float64)
+            return ArmStats(pulls, counters.conversions[None, :], pulls, np.array([counters.decisions + 1]))
         snapshot = await self.store.snapshot(self.campaign)
         seen = exposure(self.campaign, snapshot, self.now)
         if seen.matured_cells.any():
@@ -106,7 +114,7 @@ async def _reenact(log: CampaignLog, campaign: Campaign, clip: float, rng: np.ra
         await history.advance(decision.at)
         # A delay-naive policy's distribution changes only with its counters; Ñ also ages with time.
         if current is None or history.changed or policy.delay_corrected:
-            current = policy.choose(await history.stats(), rng).probabilities
+            current = policy.choose(await history.stats(policy.delay_corrected), rng).probabilities
             if current is None:
                 raise ValueError(f"policy {policy.name!r} does not report its probabilities: it cannot be evaluated")
         probabilities[k] = current[0]

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from service.policies import make_policy
+from service.policies import Choice, make_policy
 from service.policies.floor import with_floor
 from service.sim.accounting import exposure_for
-from service.sim.environment import Environment, policy_generator
+from service.sim.environment import Environment, Pull, policy_generator
 from service.sim.feeds import Ledger, make_feed
 from service.sim.scenario import PolicySpec, Scenario, ScenarioError
 
@@ -28,6 +28,7 @@ PROGRESS_EVERY = 250  # rounds between progress callbacks
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 Progress = Callable[[int], None]
+Observer = Callable[[int, Choice, Pull], None]  # (round, the choice, the pull) after each round's pull
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,15 @@ def check_runnable(scenario: Scenario) -> None:
 
 
 def run_policy(
-    scenario: Scenario, spec: PolicySpec, progress: Progress | None = None, runs: int | None = None, first_run: int = 0
+    scenario: Scenario,
+    spec: PolicySpec,
+    progress: Progress | None = None,
+    runs: int | None = None,
+    first_run: int = 0,
+    observe: Observer | None = None,
 ) -> PolicyResult:
-    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``."""
+    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``;
+    ``observe`` sees every round's choices and pulls (to write event logs, service/sim/logs.py)."""
     policy = make_policy(spec.name, spec.params, scenario.n_arms)
     env = Environment(scenario, runs, first_run)
     count = env.runs
@@ -105,8 +112,11 @@ def run_policy(
     point, reported, started = 0, 0, time.perf_counter()
     for n in range(1, scenario.horizon + 1):
         t.fill(n)
-        arms = with_floor(policy.choose(feed.stats(t), rng), spec.exploration_floor, rng).arm
+        choice = with_floor(policy.choose(feed.stats(t), rng), spec.exploration_floor, rng)
+        arms = choice.arm
         pull = env.pull(arms)
+        if observe is not None:
+            observe(n, choice, pull)
         ledger.pulls[run_index, arms] += 1.0
         exposure.push(arms)
         feed.record(pull)
