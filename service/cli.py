@@ -303,6 +303,34 @@ def reproduce(
         raise typer.Exit(2) from None
 
 
+@app.command()
+def loadtest(
+    url: Annotated[str, typer.Option(help="the service's base URL (plain HTTP)")] = "http://127.0.0.1:8000",
+    duration: Annotated[float, typer.Option(min=0.1, help="seconds of load")] = 10.0,
+    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="keep-alive connections")] = 16,
+    campaign: Annotated[str | None, typer.Option(help="an existing campaign (default: create one)")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="LATEBANDIT_LOADTEST_KEY", help="bearer key")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the clients' random choices")] = 0,
+) -> None:
+    """Drive /choose and /feedback at a realistic mix (late conversions, duplicates, retries, aggregates
+    where the campaign takes them) and report throughput, latency percentiles and errors."""
+    from rich.markup import escape
+
+    from service.loadtest.run import LoadTestError, report_table, run_loadtest, summary_lines
+
+    try:
+        report = run_loadtest(url, duration, concurrency, campaign, api_key, seed)
+    except LoadTestError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    Console().print(report_table(report))
+    for line in summary_lines(report):
+        Console().print(escape(line))
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2))
+
+
 def main() -> None:
     """The console script: expected failures (bad input, an unreachable server, a schema behind) print
     one clear line instead of a traceback."""
