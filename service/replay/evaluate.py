@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from pydantic import ValidationError
 
 from service.campaign import Campaign
@@ -36,7 +37,7 @@ DETERMINISTIC = 1.0 - 1e-12
 @dataclass(frozen=True)
 class Evaluation:
     policy: str
-    params: dict[str, Any]
+    label: str  # the name, and the params as given when there are any (two variants of one policy differ)
     primary: Estimate
     estimates: dict[str, Estimate]
     decisions: int  # counted decisions in the log up to its end
@@ -129,7 +130,7 @@ def evaluate(
     raw = chosen / arrays.propensity
     return Evaluation(
         policy=name,
-        params=campaign.policy_impl.params(),
+        label=f"{name} {orjson.dumps(params).decode()}" if params else name,
         primary=primary,
         estimates=estimates,
         decisions=int(arrays.arms.size),

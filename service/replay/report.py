@@ -25,12 +25,12 @@ def rows(log: CampaignLog, evaluations: Sequence[Evaluation], logged: Estimate) 
 
     def cells(name: str, estimate: Estimate, steps: str, clipped: str) -> list[str]:
         low, high = estimate.ci95
-        return [name, estimate.estimator, f"{estimate.value:.5f}", f"[{low:.5f}, {high:.5f}]",
+        return [name, estimate.estimator, f"{estimate.value:.4f}", f"{low:.4f} – {high:.4f}",
                 f"{estimate.effective_sample_size:,.0f}", steps, clipped]  # fmt: skip
 
     table = [cells(f"{log.campaign.policy.name} (logged)", logged, f"{logged.effective_sample_size:,.0f}", "—")]
     for evaluation in evaluations:
-        table.append(cells(evaluation.policy, evaluation.primary, f"{evaluation.steps:,}", f"{evaluation.clipped:.1%}"))
+        table.append(cells(evaluation.label, evaluation.primary, f"{evaluation.steps:,}", f"{evaluation.clipped:.1%}"))
     return table
 
 
@@ -41,7 +41,8 @@ def rich_table(log: CampaignLog, evaluations: Sequence[Evaluation], logged: Esti
     )
     table = Table(title=title)
     for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("policy", "estimator") else "right")
+        left = column in ("policy", "estimator")
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != "policy")
     for row in rows(log, evaluations, logged):
         table.add_row(*row)
     return table
@@ -57,7 +58,7 @@ def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  #
     figure = Figure(figsize=(8.0, 4.5))
     ax = figure.subplots()
     times = evaluations[0].times
-    curves = [(f"{e.policy} ({e.primary.estimator})", e.primary) for e in evaluations]
+    curves = [(f"{e.label} ({e.primary.estimator})", e.primary) for e in evaluations]
     for label, estimate in [("logged policy (on-policy)", logged), *curves]:
         index, value, low, high = running(estimate.terms, CURVE_POINTS)
         when = [_when(times[i]) for i in index]
