@@ -27,8 +27,8 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from service.loadtest.client import LoadResult, Repeat, post, run_load
 from service.campaign import Campaign
+from service.loadtest.client import LoadResult, Repeat, post, run_load
 from service.store.base import Counters, Histogram
 from service.store.redis import RedisStore
 from service.timeutil import MICROS, format_time, wall_clock
