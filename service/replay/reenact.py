@@ -48,7 +48,8 @@ class History:
         self.campaign = campaign
         self.now = campaign.created_at
         self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
-        self._due: list[tuple[int, int, str, int, LoggedDecision]] = []  # (occurred_at, seq, ...) heap
+        # heap of conversions to deliver: (occurred_at, serial number, which conversion, of which decision)
+        self._due: list[tuple[int, int, int, LoggedDecision]] = []
         self._seq = 0
         self.changed = True  # counters changed since the last ``stats``
 
@@ -59,7 +60,7 @@ class History:
         """Move the clock to ``moment``, delivering every conversion that occurred by then."""
         self.now = max(self.now, moment)
         while self._due and self._due[0][0] <= moment:
-            occurred, _, _, index, decision = heapq.heappop(self._due)
+            occurred, _, index, decision = heapq.heappop(self._due)
             conversion = decision.conversions[index]
             event = Conversion(
                 self.campaign.id, decision.decision_id, decision.arm, decision.at, True, self.campaign.version,
@@ -74,7 +75,7 @@ class History:
         await self.store.record_decision(self.campaign, pull, None, 0)
         for index, conversion in enumerate(decision.conversions):
             self._seq += 1
-            heapq.heappush(self._due, (conversion.occurred_at, self._seq, decision.decision_id, index, decision))
+            heapq.heappush(self._due, (conversion.occurred_at, self._seq, index, decision))
         self.changed = True
 
     async def stats(self, delay_corrected: bool) -> ArmStats:
