@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import shutil
@@ -180,6 +181,7 @@ def _evaluate(
 ) -> None:  # fmt: skip
     """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot."""
     from rich.markup import escape
+    from rich.progress import Progress
 
     from service.replay.apply import read_log
     from service.replay.evaluate import evaluate, logged_value
@@ -199,9 +201,12 @@ def _evaluate(
         raise typer.Exit(2)
     try:
         logged = read_campaign_log(read_log(str(log)), campaign, as_of)
-        evaluations = [
-            evaluate(logged, name, value, clip, estimator, seed) for name, value in zip(policies, decoded, strict=True)
-        ]
+        evaluations = []
+        with Progress(console=console, transient=True) as bar:
+            for name, value in zip(policies, decoded, strict=True):
+                task = bar.add_task(f"re-enacting {name}", total=len(logged.decisions))
+                advance = functools.partial(bar.advance, task)
+                evaluations.append(evaluate(logged, name, value, clip, estimator, seed, advance))
     except NotEvaluable as refused:
         console.print(f"[red]cannot evaluate:[/] {escape(str(refused))}")
         raise typer.Exit(1) from None

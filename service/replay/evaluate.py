@@ -9,6 +9,7 @@ closed yet has no known reward and is refused too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,7 @@ def evaluate(
     clip: float = DEFAULT_CLIP,
     estimator: str | None = None,
     seed: int = 0,
+    progress: Callable[[int], None] | None = None,
 ) -> Evaluation:
     if estimator is not None and estimator not in ESTIMATORS:
         raise NotEvaluable(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
@@ -103,7 +105,7 @@ def evaluate(
             f"no decision's window ({log.campaign.window:g} s) closed before the end of the log, so no reward "
             "is known yet: evaluate a log that spans more than the window (or a later --at)"
         )
-    played = reenact(log, campaign, clip, np.random.default_rng(seed))
+    played = reenact(log, campaign, clip, np.random.default_rng(seed), progress)
     probabilities = played.probabilities
     chosen = probabilities[np.arange(arrays.arms.size), arrays.arms]
     blind = (arrays.propensity >= DETERMINISTIC) * (1.0 - chosen)

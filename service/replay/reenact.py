@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ from service.replay.logged import CampaignLog, LoggedDecision
 from service.store.base import Pull
 from service.store.memory import MemoryStore
 
+PROGRESS_EVERY = 500  # decisions between two progress callbacks
 RETENTION = 0.0  # seconds: the history never sees a conversion again after its window, so keep none longer
 
 
@@ -95,13 +97,26 @@ class History:
         return arm_stats(snapshot, seen)
 
 
-def reenact(log: CampaignLog, campaign: Campaign, clip: float, rng: np.random.Generator) -> Reenactment:
+def reenact(
+    log: CampaignLog,
+    campaign: Campaign,
+    clip: float,
+    rng: np.random.Generator,
+    progress: Callable[[int], None] | None = None,
+) -> Reenactment:
     """One pass over the log for the policy of ``campaign`` (the logged campaign with another policy).
-    M = min(clip, max 1/μ): the smallest bound that never clips when ``clip`` allows it."""
-    return asyncio.run(_reenact(log, campaign, clip, rng))
+    M = min(clip, max 1/μ): the smallest bound that never clips when ``clip`` allows it. ``progress`` is
+    told how many more decisions were done, every PROGRESS_EVERY."""
+    return asyncio.run(_reenact(log, campaign, clip, rng, progress))
 
 
-async def _reenact(log: CampaignLog, campaign: Campaign, clip: float, rng: np.random.Generator) -> Reenactment:
+async def _reenact(
+    log: CampaignLog,
+    campaign: Campaign,
+    clip: float,
+    rng: np.random.Generator,
+    progress: Callable[[int], None] | None,
+) -> Reenactment:
     policy = campaign.policy_impl
     history = History(campaign)
     await history.start()
@@ -122,4 +137,6 @@ async def _reenact(log: CampaignLog, campaign: Campaign, clip: float, rng: np.ra
         if accept_draws[k] < probabilities[k, decision.arm] / (bound * decision.propensity):
             accepted[k] = True
             await history.record(decision)
+        if progress is not None and (k + 1) % PROGRESS_EVERY == 0:
+            progress(PROGRESS_EVERY)
     return Reenactment(probabilities, accepted, bound)

@@ -73,7 +73,9 @@ def test_intervals_cover_the_true_value(logged, target: str) -> None:
 
 def test_default_estimator_is_replay_on_uniform_logs_and_doubly_robust_otherwise(logged) -> None:
     name, _, logs = logged
-    evaluation = evaluate(logs[0], "uniform", {})
+    done: list[int] = []
+    evaluation = evaluate(logs[0], "uniform", {}, progress=done.append)
+    assert sum(done) == len(logs[0].decisions) // 500 * 500 > 0  # the CLI's progress bar
     assert evaluation.primary.estimator == ("replay" if name == "uniform" else "doubly-robust")
     document = evaluation.contract()
     assert set(document) == {"policy", "estimator", "value", "ci95", "effective_sample_size"}
