@@ -76,7 +76,11 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
         if self.policy.name not in POLICIES:
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
-        build_policy(self.policy, self.arms)
+        if build_policy(self.policy, self.arms).needs_band():
+            raise ValueError(
+                f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "
+                "by round age, which only the simulator keeps; the service supports estimator 1 (the default)"
+            )
         try:
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows

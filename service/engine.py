@@ -17,7 +17,8 @@ import numpy as np
 from service import metrics
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus
-from service.exposure import Exposure, bucket_moments, exposure
+from service.delay_tail import delay_summary
+from service.exposure import Exposure, bucket_moments, counted_stats, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
 from service.policies.base import EPS_N, ArmStats
 from service.store.base import (
@@ -222,6 +223,7 @@ class DecisionEngine:
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
         metrics.publish_arms(campaign.id, arm_rows(campaign, state, seen))
+        metrics.publish_delays(campaign.id, delay_rows(campaign, state))
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -300,6 +302,7 @@ class DecisionEngine:
         as_of = self.clock() if at is None else at
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         metrics.publish_arms(campaign.id, body["arms"])
+        metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body
 
     async def _durable(self) -> None:
@@ -308,14 +311,12 @@ class DecisionEngine:
 
 
 def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
-    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
-    counters = state.counters
-    return ArmStats(
-        pulls=counters.pulls[None, :].astype(np.float64),
-        conversions=counters.conversions[None, :],
-        effective=seen.effective[None, :],
-        t=np.array([counters.decisions + 1]),
-    )
+    """The statistics for a decision. Pulls counted since the histogram read are missing from W; each adds
+    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (manegueu2020.md §3.4)."""
+    weight = seen.tail_weight
+    if weight is not None:
+        weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
+    return counted_stats(state, seen.effective, weight)
 
 
 def _number(value: float) -> float | None:
@@ -323,19 +324,29 @@ def _number(value: float) -> float | None:
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
-    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays."""
+    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
+    arm also carries ``delays``, what its observed conversion delays say (service/delay_tail.py)."""
+    seen = exposure(campaign, state, as_of)
+    arms = arm_rows(campaign, state, seen)
+    for arm, summary in delay_rows(campaign, state).items():
+        arms[arm]["delays"] = summary
     return {
         "campaign": campaign.id,
         "policy": campaign.policy.name,
         "decisions": int(state.counters.decisions),
         "as_of": format_time(as_of),
-        "arms": arm_rows(campaign, state, exposure(campaign, state, as_of)),
+        "arms": arms,
         "policy_state": {
             "status": campaign.status.value,
             "window": campaign.window,
             "bucket_width": campaign.bucket_width_us / MICROS,
+            **campaign.policy_impl.policy_state(arm_stats(state, seen)),
         },
     }
+
+
+def delay_rows(campaign: Campaign, state: StateSnapshot) -> dict[str, dict[str, Any]]:
+    return {arm: delay_summary(counts) for arm, counts in zip(campaign.arms, state.delay_counts(), strict=True)}
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.campaign import MAX_EXACT_DECAY, Campaign
-from service.store.base import StateSnapshot
+from service.policies.base import ArmStats, Envelope
+from service.store.base import Histogram, StateSnapshot
 from service.timeutil import MICROS
 
 
@@ -32,6 +33,19 @@ class Exposure:
     effective: np.ndarray  # (K,) Ñ
     pending: np.ndarray  # (K,) pulls younger than the window without a counted conversion
     matured_cells: np.ndarray  # bool (n,): histogram cells whose pulls are all older than the window
+    pulls_seen: np.ndarray  # (K,) pulls the histogram read holds (matured included)
+    tail_weight: np.ndarray | None = None  # (K,) W = Σ ψ(age) over the window, for a policy with an envelope
+
+
+def window_tail_weight(
+    campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int, envelope: Envelope
+) -> np.ndarray:
+    """W_k >= Σ_{pulls of k younger than the window} ψ(age): each cell at its youngest edge, which bounds every
+    pull in it for a non-increasing ψ (manegueu2020.md §3.4 option A). Matured cells weigh 0 (§3.5); the cell
+    straddling the window edge counts whole, which only widens the bound."""
+    youngest = (now - (hist.bucket + 1) * campaign.bucket_width_us) / MICROS
+    weight = np.where(matured, 0.0, hist.count * envelope.weights(youngest[None, :])[0])
+    return np.bincount(hist.arm, weight, minlength=len(campaign.arms))
 
 
 def bucket_moments(campaign: Campaign, decided_at: int) -> tuple[int, int, tuple[float, ...]]:
@@ -68,4 +82,21 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     effective = at_window * state.counters.matured + np.bincount(hist.arm, weight, minlength=arms)
     open_cells = ~matured
     pending = np.bincount(hist.arm[open_cells], (hist.count - hist.converted)[open_cells], minlength=arms)
-    return Exposure(effective, pending.astype(np.int64), matured)
+    seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
+    base = counted_stats(state, effective)
+    envelope = campaign.policy_impl.envelope(base)
+    weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
+    return Exposure(effective, pending.astype(np.int64), matured, seen.astype(np.int64), weight)
+
+
+def counted_stats(state: StateSnapshot, effective: np.ndarray, tail_weight: np.ndarray | None = None) -> ArmStats:
+    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
+    counters = state.counters
+    return ArmStats(
+        pulls=counters.pulls[None, :].astype(np.float64),
+        conversions=counters.conversions[None, :],
+        effective=effective[None, :],
+        t=np.array([counters.decisions + 1]),
+        tail_weight=None if tail_weight is None else tail_weight[None, :],
+        delay_counts=state.delay_counts()[None],
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -53,6 +54,24 @@ ARM_EFFECTIVE = Gauge(
 ARM_PENDING = Gauge(
     "latebandit_arm_pending",
     "Pulls still inside the window without conversion",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
+)
+ARM_OBSERVED_DELAYS = Gauge(
+    "latebandit_arm_observed_delays",
+    "First conversions of counted pulls whose delay the per-arm delay histogram holds",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
+)
+ARM_DELAY_QUANTILE = Gauge(
+    "latebandit_arm_delay_quantile_seconds",
+    "Upper bound of a quantile of the observed conversion delays (log-spaced buckets, ratio sqrt 2)",
+    ["campaign", "arm", "quantile"],
+    multiprocess_mode="mostrecent",
+)
+ARM_DELAY_TAIL = Gauge(
+    "latebandit_arm_delay_tail_alpha",
+    "Tail exponent of the observed delays, P(D > x) ~ x^-alpha (grouped Hill estimate; NaN: too few delays)",
     ["campaign", "arm"],
     multiprocess_mode="mostrecent",
 )
@@ -108,3 +127,15 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
                            (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index")):  # fmt: skip
             value = row[key]
             gauge.labels(*labels).set(math.nan if value is None else value)
+
+
+def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
+    """Per-arm delay gauges from the ``delays`` summaries of the state (service/delay_tail.py)."""
+    for arm, summary in summaries.items():
+        labels = arm_label(campaign, arm)
+        ARM_OBSERVED_DELAYS.labels(*labels).set(summary["observed"])
+        alpha = summary["tail_alpha"]
+        ARM_DELAY_TAIL.labels(*labels).set(math.nan if alpha is None else alpha)
+        for name, value in summary["quantiles"].items():
+            level = f"0.{name[1:]}"
+            ARM_DELAY_QUANTILE.labels(*labels, level).set(math.nan if value is None else value)

@@ -7,10 +7,12 @@ from typing import Any
 
 from service.policies.base import ArmStats, Choice, Policy
 from service.policies.baselines import KLUCB, UCB1, Fixed, Thompson, Uniform
+from service.policies.manegueu import AdaptPatientBandits, PatientBandits
 from service.policies.vernade import DelayedKLUCB, DelayedUCB
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB)
+    cls.name: cls
+    for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, PatientBandits, AdaptPatientBandits)
 }
 
 

@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
 from service.store.base import (
     CampaignRefused,
     Counters,
@@ -60,7 +61,8 @@ def _load_script(name: str) -> str:
 class _Cached:
     counters: Counters
     histogram: Histogram
-    read_at: float  # time.monotonic() of the histogram read
+    delays: np.ndarray
+    read_at: float  # time.monotonic() of the histogram (and delay histogram) read
 
 
 def _client(url: str) -> aioredis.Redis:
@@ -105,6 +107,15 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     return Histogram(
         keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components)
     )
+
+
+def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
+    """The delays hash (``arm:bucket`` → count) as a (K, buckets) int64 array."""
+    delays = np.zeros((arms, BUCKETS), dtype=np.int64)
+    for field, value in raw.items():
+        arm, bucket = field.split(b":")
+        delays[int(arm), int(bucket)] = int(value)
+    return delays
 
 
 class RedisStore:
@@ -189,14 +200,14 @@ class RedisStore:
             return await self._read(campaign)
         cached = self._cache.get(campaign.id)
         if cached is not None and time.monotonic() - cached.read_at <= max_age:
-            return StateSnapshot(cached.counters, cached.histogram)
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         refresh = self._refreshing.get(campaign.id)
         if refresh is None:
             refresh = asyncio.ensure_future(self._read(campaign))
             self._refreshing[campaign.id] = refresh
             refresh.add_done_callback(lambda done: self._refreshed(campaign.id, done))
         if cached is not None and not refresh.done():
-            return StateSnapshot(cached.counters, cached.histogram)
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         return await asyncio.shield(refresh)
 
     def _refreshed(self, campaign_id: str, done: asyncio.Future[StateSnapshot]) -> None:
@@ -208,12 +219,14 @@ class RedisStore:
         async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
-            counters_raw, cells_raw = await pipe.execute()
+            pipe.hgetall(self.keys.delays(campaign.id))
+            counters_raw, cells_raw, delays_raw = await pipe.execute()
         components = len(campaign.exact_components)
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
-        self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic())
-        return StateSnapshot(counters, histogram)
+        delays = parse_delays(delays_raw, len(campaign.arms))
+        self._cache[campaign.id] = _Cached(counters, histogram, delays, time.monotonic())
+        return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
@@ -263,10 +276,10 @@ class RedisStore:
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid), self.keys.delays(cid)]
         params = [
             [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
-             repr(event.value), now // MICROS + event.dedup_ttl]
+             repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
             for event in events
         ]  # fmt: skip
         records = b"\n".join(orjson.dumps(event.record) for event in events)
@@ -319,17 +332,26 @@ class RedisStore:
     # rebuild --------------------------------------------------------------------------------------
 
     async def replace_state(
-        self, campaign: Campaign, counters: Counters, histogram: Histogram, expiring: dict[str, tuple[str, int]]
+        self,
+        campaign: Campaign,
+        counters: Counters,
+        histogram: Histogram,
+        expiring: dict[str, tuple[str, int]],
+        delays: np.ndarray | None = None,
     ) -> None:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
-        remaining seconds."""
+        remaining seconds; ``delays`` is the (K, buckets) delay histogram (none: empty)."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable(), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
             _write_histogram(pipe, self.keys.cells(cid), histogram)
+            if delays is not None and delays.any():
+                arms, buckets = np.nonzero(delays)
+                counts = {f"{a}:{b}": int(delays[a, b]) for a, b in zip(arms.tolist(), buckets.tolist(), strict=True)}
+                pipe.hset(self.keys.delays(cid), mapping=counts)
             for suffix, (value, seconds) in expiring.items():
                 if suffix.startswith("req:"):
                     pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
