@@ -19,7 +19,8 @@ import numpy as np
 from service.policies import make_policy
 from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, policy_generator
-from service.sim.feeds import Ledger, make_feed
+from service.sim.feeds import Ledger
+from service.sim.patient import make_feed
 from service.sim.scenario import PolicySpec, Scenario, ScenarioError
 
 CURVE_POINTS = 200  # rounds recorded for curves, on top of the checkpoints (linear and geometric grids)

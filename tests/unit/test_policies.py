@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from service.delay_tail import BUCKETS
 from service.policies import POLICIES, ArmStats, Policy, make_policy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
@@ -93,13 +94,20 @@ def random_stats(rng: np.random.Generator, runs: int, arms: int) -> ArmStats:
         column[tied, 1] = column[tied, 0]
     t = pulls.sum(axis=1) + 1 + rng.integers(0, 1000, runs)
     t[rng.random(runs) < 0.05] = 1
-    return ArmStats(pulls.astype(np.float64), conversions.astype(np.float64), effective, t)
+    tail_weight = pulls * rng.uniform(0.0, 1.0, (runs, arms))  # Manegueu 2020: W <= N
+    delay_counts = rng.poisson(
+        rng.uniform(0.0, 5.0, (runs, arms, 1)) / (1.0 + np.arange(BUCKETS)), (runs, arms, BUCKETS)
+    )
+    return ArmStats(pulls.astype(np.float64), conversions.astype(np.float64), effective, t, tail_weight, delay_counts)
 
 
 def row(stats: ArmStats, r: int) -> ArmStats:
+    one = slice(r, r + 1)
     return ArmStats(
-        stats.pulls[r : r + 1], stats.conversions[r : r + 1], stats.effective[r : r + 1], stats.t[r : r + 1]
-    )
+        stats.pulls[one], stats.conversions[one], stats.effective[one], stats.t[one],
+        None if stats.tail_weight is None else stats.tail_weight[one],
+        None if stats.delay_counts is None else stats.delay_counts[one],
+    )  # fmt: skip
 
 
 def tile(stats: ArmStats, runs: int) -> ArmStats:
@@ -314,7 +322,10 @@ def test_purity(policy: Policy) -> None:
 
 
 def test_registry_matches_contract_names() -> None:
-    assert set(POLICIES) == {"uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb"}
+    assert set(POLICIES) == {
+        "uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb",
+        "patient-bandits", "adapt-patient-bandits",
+    }  # fmt: skip
     assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED
     assert {cls.feedback for cls in POLICIES.values()} == {"attributed"}
     assert all(cls.name == name for name, cls in POLICIES.items())
