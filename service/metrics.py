@@ -137,5 +137,5 @@ def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
         alpha = summary["tail_alpha"]
         ARM_DELAY_TAIL.labels(*labels).set(math.nan if alpha is None else alpha)
         for name, value in summary["quantiles"].items():
-            level = f"0.{name[1:]}"
+            level = f"{int(name[1:]) / 100:g}"  # "p50" → "0.5"
             ARM_DELAY_QUANTILE.labels(*labels, level).set(math.nan if value is None else value)

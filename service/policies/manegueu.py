@@ -58,16 +58,16 @@ class BandQuery:
 class PatientBandits(ArgmaxPolicy):
     """PatientBandits (Algorithm 1): each arm once, then the argmax of the index in the module docstring.
 
-    Params: ``alpha`` (0.5) a lower bound on every arm's tail exponent; ``scale`` (3600, in the campaign's
-    time unit: seconds in the service, rounds in a scenario) the age below which a pull counts as fully
-    pending; ``age_aware`` (1) the bias bound; ``horizon`` (0: anytime, L = log(2K·t³)); ``kappa`` (1) the
+    Params: ``alpha`` (0.5) a lower bound on every arm's tail exponent; ``initial_pulls`` (1); ``scale``
+    (3600, in the campaign's time unit: seconds in the service, rounds in a scenario) the age below which a
+    pull counts as fully pending; ``age_aware`` (1) the bias bound; ``horizon`` (0: anytime, L = log(2K·t³)); ``kappa`` (1) the
     exploration scale of §2.7 d (below 1 is outside the theory).
     """
 
     name: ClassVar[str] = "patient-bandits"
-    initial_pulls: ClassVar[int] = 1
     PARAMS: ClassVar[Mapping[str, Param]] = {
         "alpha": Param(float, 0.5, 1e-3, 10.0),
+        "initial_pulls": Param(int, 1, 1, 1000),
         "scale": Param(float, 3600.0, 1e-6),
         "age_aware": Param(int, 1, 0, 1),
         "horizon": Param(int, 0, 0),
@@ -104,7 +104,7 @@ class PatientBandits(ArgmaxPolicy):
     def index(self, stats: ArmStats) -> np.ndarray:
         """+inf until an arm has its initial pulls (least-pulled first, IndexPolicy.choose)."""
         raw = np.asarray(stats.pulls, dtype=np.float64)
-        fresh = raw < self.initial_pulls
+        fresh = raw < self._params["initial_pulls"]
         pulls = np.where(raw > 0, raw, 1.0)
         estimate = np.asarray(stats.conversions, dtype=np.float64) / pulls
         width = np.sqrt(2.0 * self._params["kappa"] * self.log_term(stats) / pulls)
@@ -116,17 +116,17 @@ class AdaptPatientBandits(PatientBandits):
 
     Params: ``alpha_lo`` (0.1) the known lower bound on α; ``estimator`` (1: tail of the observed delays,
     §3.6; 0: the paper's band estimator, simulator only); ``c`` (0.7) and ``mu_lo`` (0.05) of Assumption 2,
-    used by estimator 0; ``scale``, ``age_aware``, ``horizon``, ``kappa`` as PatientBandits.
+    used by estimator 0; ``initial_pulls`` (2); ``scale``, ``age_aware``, ``horizon``, ``kappa`` as PatientBandits.
     """
 
     name: ClassVar[str] = "adapt-patient-bandits"
-    initial_pulls: ClassVar[int] = 2
     PARAMS: ClassVar[Mapping[str, Param]] = {
         "alpha_lo": Param(float, 0.1, 1e-3, 1.0),
         "estimator": Param(int, 1, 0, 1),
         "c": Param(float, 0.7, 1e-6, 1.0),
         "mu_lo": Param(float, 0.05, 1e-6, 1.0),
         **{key: spec for key, spec in PatientBandits.PARAMS.items() if key != "alpha"},
+        "initial_pulls": Param(int, 2, 2, 1000),  # Algorithm 2: twice, so that T̄ >= 2 and log T̄ > 0
     }
 
     def needs_band(self) -> bool:
