@@ -58,10 +58,15 @@ class BandQuery:
 class PatientBandits(ArgmaxPolicy):
     """PatientBandits (Algorithm 1): each arm once, then the argmax of the index in the module docstring.
 
-    Params: ``alpha`` (0.5) a lower bound on every arm's tail exponent; ``initial_pulls`` (1); ``scale``
-    (3600, in the campaign's time unit: seconds in the service, rounds in a scenario) the age below which a
-    pull counts as fully pending; ``age_aware`` (1) the bias bound; ``horizon`` (0: anytime, L = log(2K·t³)); ``kappa`` (1) the
-    exploration scale of §2.7 d (below 1 is outside the theory).
+    Params (defaults in brackets):
+
+    - ``alpha`` [0.5]: a lower bound on every arm's tail exponent, P(D > a) <= (a/scale)^−alpha. 0.5 is the
+      largest value the paper's term distinguishes (β = min(α, 1/2)); lower it for heavier tails.
+    - ``scale`` [3600]: the age, in the campaign's time unit (seconds in the service, rounds in a scenario),
+      below which a pull counts as entirely pending. An hour suits conversions that mostly take hours.
+    - ``age_aware`` [1]: the bias bound (module docstring); ``initial_pulls`` [1] per arm before the index.
+    - ``horizon`` [0: anytime, L = log(2K·t³)]; ``kappa`` [1]: the exploration scale of §2.7 d (below 1 is
+      outside the theory).
     """
 
     name: ClassVar[str] = "patient-bandits"
