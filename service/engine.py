@@ -18,7 +18,7 @@ from service import metrics
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus
 from service.delay_tail import delay_summary
-from service.exposure import Exposure, bucket_moments, counted_stats, exposure
+from service.exposure import Exposure, bucket_moments, campaign_stats, exposure
 from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
 from service.policies.base import EPS_N, ArmStats
 from service.store.base import (
@@ -316,7 +316,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
     weight = seen.tail_weight
     if weight is not None:
         weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
-    return counted_stats(state, seen.effective, weight)
+    return campaign_stats(state, seen.effective, weight)
 
 
 def _number(value: float) -> float | None:

@@ -83,13 +83,13 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     open_cells = ~matured
     pending = np.bincount(hist.arm[open_cells], (hist.count - hist.converted)[open_cells], minlength=arms)
     seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
-    base = counted_stats(state, effective)
+    base = campaign_stats(state, effective)
     envelope = campaign.policy_impl.envelope(base)
     weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
     return Exposure(effective, pending.astype(np.int64), matured, seen.astype(np.int64), weight)
 
 
-def counted_stats(state: StateSnapshot, effective: np.ndarray, tail_weight: np.ndarray | None = None) -> ArmStats:
+def campaign_stats(state: StateSnapshot, effective: np.ndarray, tail_weight: np.ndarray | None = None) -> ArmStats:
     """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
     counters = state.counters
     return ArmStats(
