@@ -12,9 +12,11 @@ q̂ = ī/(1 + ī), α̂ = log(1 + 1/ī)/log r, with the Fisher standard error (1
 the Hill estimator's counterpart on a geometric grid. The threshold is the highest edge with at least
 ``TAIL_SHARE`` of the observations (and ``MIN_TAIL``) above it.
 
-Caveat (reported, not corrected): delays longer than the age of the youngest pulls, or than the window,
-have not been observed yet, which thins the top of the histogram and biases α̂ upwards. α̂ is a diagnostic;
-a policy must not use it without a lower confidence bound and a floor (manegueu2020.md §3.6).
+Censoring: a delay longer than the age of a pull cannot have been observed yet, which thins the top of the
+histogram and biases α̂ upwards. Given the exposure (pulls old enough for each bucket), ``tail_exponent``
+weights each bucket by the inverse of its exposure and stops the fit where fewer than half of the pulls are
+old enough (a truncated geometric, solved by bisection). Still a diagnostic: a policy uses its lower
+confidence bound, floored (manegueu2020.md §3.6).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from numpy.typing import ArrayLike
 RATIO = math.sqrt(2.0)
 BUCKETS = 64  # r^63 ≈ 3·10⁹: a century in seconds
 MIN_TAIL = 10
+EXPOSED_SHARE = 0.5  # a bucket enters the fit while at least this share of the pulls could have shown it
+BISECTIONS = 60
 QUANTILES = (0.5, 0.9, 0.99)
 TAIL_SHARE = 0.2
 LOG_RATIO = math.log(RATIO)
@@ -57,25 +61,63 @@ class TailEstimate:
     threshold: np.ndarray  # the lower edge u the power law is fitted above (nan: no fit)
 
 
-def tail_exponent(counts: ArrayLike) -> TailEstimate:
-    """α̂ for bucket counts (..., BUCKETS), as the module docstring derives it; vectorised over arms and runs."""
+def upper_edges() -> np.ndarray:
+    """(BUCKETS,) the upper edge of every bucket: 1, r, r², …, and inf for the open last one."""
+    return np.append(2.0 ** (np.arange(BUCKETS - 1) / 2.0), np.inf)
+
+
+def tail_exponent(counts: ArrayLike, exposure: ArrayLike | None = None) -> TailEstimate:
+    """α̂ for bucket counts (..., BUCKETS), vectorised over arms and runs.
+
+    ``exposure`` (same shape), when given, is the number of pulls at least as old as each bucket's upper
+    edge: the pulls for which a delay in that bucket would have been seen. A bucket's count is then divided
+    by its exposure relative to the first bucket's (inverse-probability weighting), and buckets seen by
+    fewer than EXPOSED_SHARE of the pulls end the fit, which becomes the MLE of a geometric truncated at the
+    last usable bucket. This is how the estimate uses "matured cohorts" (manegueu2020.md §3.6): without it,
+    long delays not yet observable thin the top of the histogram and α̂ comes out too large.
+    """
     c = np.asarray(counts, dtype=np.float64)
-    above = np.cumsum(c[..., ::-1], axis=-1)[..., ::-1]  # above[j] = observations in buckets >= j
-    index_sum = np.cumsum((c * np.arange(BUCKETS))[..., ::-1], axis=-1)[..., ::-1]  # Σ_{i>=j} i·c_i
-    wanted = np.maximum(MIN_TAIL, TAIL_SHARE * above[..., :1])
-    eligible = (above >= wanted) & (np.arange(BUCKETS) >= 1)  # thresholds at edges >= 1
+    if exposure is None:
+        weights, usable, truncated = c, np.ones(c.shape, dtype=bool), False
+    else:
+        e = np.asarray(exposure, dtype=np.float64)
+        reference = e[..., :1]
+        usable = np.logical_and.accumulate((e >= EXPOSED_SHARE * reference) & (reference > 0), axis=-1)
+        weights, truncated = np.where(usable, c * reference / np.maximum(e, 1.0), 0.0), True
+    last = usable.sum(axis=-1) - 1  # the last usable bucket
+    raw = np.where(usable, c, 0.0)
+    raw_above = np.cumsum(raw[..., ::-1], axis=-1)[..., ::-1]  # observations in usable buckets >= j
+    above = np.cumsum(weights[..., ::-1], axis=-1)[..., ::-1]
+    index_sum = np.cumsum((weights * np.arange(BUCKETS))[..., ::-1], axis=-1)[..., ::-1]  # Σ_{i>=j} i·w_i
+    wanted = np.maximum(MIN_TAIL, TAIL_SHARE * raw_above[..., :1])
+    j = np.arange(BUCKETS)
+    eligible = (raw_above >= wanted) & (j >= 1) & (j < last[..., None] + (0 if truncated else 1))
     start = BUCKETS - 1 - np.argmax(eligible[..., ::-1], axis=-1)
-    fitted = eligible.any(axis=-1) & (above[..., 0] >= MIN_TAIL)
-    k = np.take_along_axis(above, start[..., None], axis=-1)[..., 0]
+    fitted = eligible.any(axis=-1)
+    k = np.take_along_axis(raw_above, start[..., None], axis=-1)[..., 0]
+    mass = np.take_along_axis(above, start[..., None], axis=-1)[..., 0]
     sums = np.take_along_axis(index_sum, start[..., None], axis=-1)[..., 0]
+    span = np.where(truncated, last - start, np.inf)  # buckets above the threshold's, as a geometric's support
     with np.errstate(all="ignore"):
-        offset = np.where(fitted, sums / k - start, np.nan)
-        q = offset / (1.0 + offset)
-        alpha = np.where(offset > 0, np.log1p(1.0 / offset) / LOG_RATIO, np.where(fitted, np.inf, np.nan))
+        offset = np.where(fitted, sums / mass - start, np.nan)
+        q = _geometric_parameter(np.where(fitted, offset, 1.0), span)
+        alpha = np.where(offset > 0, -np.log(q) / LOG_RATIO, np.where(fitted, np.inf, np.nan))
         se = np.where(offset > 0, (1.0 - q) / (LOG_RATIO * np.sqrt(q * k)), np.nan)
     return TailEstimate(
         alpha, se, np.where(fitted, k, 0).astype(np.int64), np.where(fitted, lower_edges()[start], np.nan)
     )
+
+
+def _geometric_parameter(mean: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """q with E[i] = mean for P(i) ∝ q^i on i = 0..span (span = inf: q = mean/(1 + mean)), by bisection:
+    the truncated mean q/(1−q) − (M+1)·q^(M+1)/(1 − q^(M+1)) increases in q, up to M/2 at q → 1."""
+    low, high = np.zeros(mean.shape), np.ones(mean.shape)
+    for _ in range(BISECTIONS):
+        q = 0.5 * (low + high)
+        tail = np.where(np.isinf(span), 0.0, (span + 1.0) * q ** (span + 1.0) / (1.0 - q ** (span + 1.0)))
+        above = q / (1.0 - q) - tail > mean
+        low, high = np.where(above, low, q), np.where(above, q, high)
+    return np.where(np.isinf(span), mean / (1.0 + mean), 0.5 * (low + high))
 
 
 def quantile(counts: ArrayLike, level: float) -> float:
@@ -88,11 +130,11 @@ def quantile(counts: ArrayLike, level: float) -> float:
     return math.inf if j >= BUCKETS - 1 else float(2.0 ** (j / 2.0))
 
 
-def delay_summary(counts: ArrayLike) -> dict[str, Any]:
+def delay_summary(counts: ArrayLike, exposure: ArrayLike | None = None) -> dict[str, Any]:
     """One arm's delay histogram for GET /state: totals, quantile upper bounds, the tail fit, and the
     non-empty buckets as [lower edge, upper edge (null: open), count]."""
     c = np.asarray(counts, dtype=np.int64)
-    tail = tail_exponent(c)
+    tail = tail_exponent(c, exposure)
     edges = lower_edges()
     return {
         "observed": int(c.sum()),

@@ -223,7 +223,7 @@ class DecisionEngine:
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
         metrics.publish_arms(campaign.id, arm_rows(campaign, state, seen))
-        metrics.publish_delays(campaign.id, delay_rows(campaign, state))
+        metrics.publish_delays(campaign.id, delay_rows(campaign, state, seen))
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -316,7 +316,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
     weight = seen.tail_weight
     if weight is not None:
         weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
-    return campaign_stats(state, seen.effective, weight)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight)
 
 
 def _number(value: float) -> float | None:
@@ -328,7 +328,7 @@ def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict
     arm also carries ``delays``, what its observed conversion delays say (service/delay_tail.py)."""
     seen = exposure(campaign, state, as_of)
     arms = arm_rows(campaign, state, seen)
-    for arm, summary in delay_rows(campaign, state).items():
+    for arm, summary in delay_rows(campaign, state, seen).items():
         arms[arm]["delays"] = summary
     return {
         "campaign": campaign.id,
@@ -345,8 +345,10 @@ def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict
     }
 
 
-def delay_rows(campaign: Campaign, state: StateSnapshot) -> dict[str, dict[str, Any]]:
-    return {arm: delay_summary(counts) for arm, counts in zip(campaign.arms, state.delay_counts(), strict=True)}
+def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm, what the observed delays say, weighted by how many pulls could have shown each delay."""
+    counts = state.delay_counts()
+    return {arm: delay_summary(counts[k], seen.delay_exposure[k]) for k, arm in enumerate(campaign.arms)}
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,7 @@ class ArmStats:
     tail_weight: np.ndarray | None = None  # (R, K) W_k = Σ_{pulls of k in the window} ψ(age), ψ the policy's
     delay_counts: np.ndarray | None = None  # (R, K, B) observed delays per log bucket (service/delay_tail.py)
     band: np.ndarray | None = None  # (R, 2) the answer to a policy's band query: pulls old enough, conversions
+    delay_exposure: np.ndarray | None = None  # (R, K, B) pulls at least as old as each delay bucket's upper edge
 
     def __post_init__(self) -> None:
         shape = np.shape(self.pulls)
@@ -43,8 +44,10 @@ class ArmStats:
             raise ValueError("t must hold one round index per run")
         if self.tail_weight is not None and np.shape(self.tail_weight) != shape:
             raise ValueError("tail_weight must have the (runs, arms) shape")
-        if self.delay_counts is not None and np.shape(self.delay_counts)[:2] != shape:
-            raise ValueError("delay_counts must be (runs, arms, buckets)")
+        for name in ("delay_counts", "delay_exposure"):
+            value = getattr(self, name)
+            if value is not None and np.shape(value)[:2] != shape:
+                raise ValueError(f"{name} must be (runs, arms, buckets)")
         if self.band is not None and np.shape(self.band) != (shape[0], 2):
             raise ValueError("band must be (runs, 2)")
 

@@ -150,7 +150,7 @@ class AdaptPatientBandits(PatientBandits):
             return self._band_alpha(stats)
         if stats.delay_counts is None:
             raise ValueError(f"policy {self.name!r} needs the per-arm delay histogram")
-        tail = tail_exponent(stats.delay_counts)
+        tail = tail_exponent(stats.delay_counts, stats.delay_exposure)
         lower = np.where(np.isfinite(tail.se), tail.alpha - LCB_Z * tail.se, np.nan)
         heaviest = np.where(np.isnan(lower), np.inf, lower).argmin(axis=1)
         runs = np.arange(lower.shape[0])

@@ -15,25 +15,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.delay_tail import BUCKETS, bucket_of
+from service.delay_tail import BUCKETS, bucket_of, upper_edges
 from service.policies import ArmStats, Policy
 from service.policies.manegueu import AdaptPatientBandits, PatientBandits
 from service.sim import feeds
 from service.sim.accounting import BlockConvolution, Exposure
-from service.sim.environment import Calendar, Environment, Pull
+from service.sim.environment import Calendar, Environment, Pull, one_hot
 from service.sim.feeds import Feed, Ledger
 from service.sim.scenario import Feed as FeedSpec
 from service.sim.scenario import ScenarioError
 
 
 class DelayBuckets:
-    """(R, K, BUCKETS) counts of revealed delays, per arm."""
+    """(R, K, BUCKETS) counts of revealed delays, per arm, and their exposure: the pulls old enough to have
+    revealed a delay anywhere in each bucket (age >= ⌈upper edge⌉ − 1, lags being whole rounds)."""
 
     def __init__(self, env: Environment) -> None:
-        runs, arms = env.runs, env.scenario.n_arms
+        runs, arms, horizon = env.runs, env.scenario.n_arms, env.scenario.horizon
         self.counts = np.zeros((runs, arms, BUCKETS))
-        self._calendar = Calendar(runs, arms * BUCKETS, env.scenario.horizon)
+        self._calendar = Calendar(runs, arms * BUCKETS, horizon)
         self._run_index = np.arange(runs)
+        self._cumulative = np.zeros((horizon + 1, runs, arms))  # row n: pulls in rounds <= n
+        self._round = 0
+        self._needed_age = np.ceil(np.minimum(upper_edges(), horizon + 1.0)).astype(np.int64) - 1
+
+    def exposure(self, t: int) -> np.ndarray:
+        """For the decision of round t: pulls of rounds s with t − 1 − s >= the bucket's needed age."""
+        rows = np.clip(t - 1 - self._needed_age, 0, self._round)
+        return self._cumulative[rows].transpose(1, 2, 0)
 
     def record(self, pull: Pull) -> None:
         seen = pull.counted
@@ -41,6 +50,8 @@ class DelayBuckets:
         lags = pull.lags[seen]
         self._calendar.add(lags, self._run_index[seen], channels, np.ones(lags.size))
         self.counts += self._calendar.pop().reshape(self.counts.shape)
+        self._round += 1
+        self._cumulative[self._round] = self._cumulative[self._round - 1] + one_hot(pull.arms, self.counts.shape[1])
 
 
 class Band:
@@ -116,13 +127,13 @@ class Patient(Feed):
 
     def stats(self, t: np.ndarray) -> ArmStats:
         weight = None if self._weights is None else self._weights.effective()
-        counts = None if self._delays is None else self._delays.counts
-        stats = _stats(self.ledger, weight, counts, None, t)
+        delays = None if self._delays is None else (self._delays.counts, self._delays.exposure(int(t[0])))
+        stats = _stats(self.ledger, weight, delays, None, t)
         if self._band is None or self._adaptive is None:
             return stats
         query = self._adaptive.band_query(stats)
         band = self._band.answer(query.arm, query.early, query.late, int(t[0]))
-        return _stats(self.ledger, weight, counts, band, t)
+        return _stats(self.ledger, weight, delays, band, t)
 
     def record(self, pull: Pull) -> None:
         if self._weights is not None:
@@ -134,9 +145,14 @@ class Patient(Feed):
 
 
 def _stats(
-    ledger: Ledger, weight: np.ndarray | None, counts: np.ndarray | None, band: np.ndarray | None, t: np.ndarray
+    ledger: Ledger,
+    weight: np.ndarray | None,
+    delays: tuple[np.ndarray, np.ndarray] | None,
+    band: np.ndarray | None,
+    t: np.ndarray,
 ) -> ArmStats:
-    return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, weight, counts, band)
+    counts, exposure = (None, None) if delays is None else delays
+    return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, weight, counts, band, exposure)
 
 
 def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment, exposure: Exposure) -> Feed:

@@ -12,7 +12,7 @@ import pytest
 from scipy import optimize
 
 from service.campaign import Campaign
-from service.delay_tail import BUCKETS, bucket_of, lower_edges, tail_exponent
+from service.delay_tail import BUCKETS, bucket_of, lower_edges, tail_exponent, upper_edges
 from service.exposure import bucket_moments, exposure
 from service.policies import ArmStats, make_policy
 from service.sim.environment import Environment
@@ -181,7 +181,11 @@ def test_simulator_feed_against_every_pull(window: int | None) -> None:
         buckets = np.zeros((runs, 2, BUCKETS))
         for s, r in zip(*np.nonzero(seen), strict=True):
             buckets[r, arms[s, r], bucket_of(lags[s, r])] += 1
-        np.testing.assert_array_equal(hill_feed.stats(t).delay_counts, buckets)
+        hill = hill_feed.stats(t)
+        np.testing.assert_array_equal(hill.delay_counts, buckets)
+        needed = np.ceil(np.minimum(upper_edges(), horizon + 1.0)) - 1  # whole-round lags: age >= ⌈edge⌉ − 1
+        exposure = [[[((ages >= a) & (arms[:, r] == k)).sum() for a in needed] for k in range(2)] for r in range(runs)]
+        np.testing.assert_array_equal(hill.delay_exposure, exposure)
         stats = band_feed.stats(t)
         query = band_policy.band_query(stats)
         for r in range(runs):
@@ -196,3 +200,43 @@ def test_simulator_feed_against_every_pull(window: int | None) -> None:
         env.end_round()
         history_arms.append(chosen)
         history_lags.append(pull.lags)
+
+
+def test_exposure_weighting_removes_the_bias_of_unobserved_long_delays() -> None:
+    """Pulls spread over 10⁴ rounds, Pareto(0.3) delays seen only once the pull is old enough (the situation of
+    Fig. 6): the raw fit overshoots α, the exposure-weighted, truncated fit recovers it."""
+    rng = np.random.default_rng(11)
+    horizon, pulls = 10_000, 40_000
+    ages = rng.integers(0, horizon, pulls)
+    delays = np.ceil(1 + rng.pareto(0.3, pulls))
+    counts = np.bincount(bucket_of(delays[delays <= ages]), minlength=BUCKETS)
+    needed = np.ceil(np.minimum(upper_edges(), horizon + 1.0)) - 1
+    exposure = (ages[None, :] >= needed[:, None]).sum(axis=1)
+    raw, weighted = tail_exponent(counts), tail_exponent(counts, exposure)
+    assert raw.alpha > 0.3 + 5 * raw.se
+    assert abs(weighted.alpha - 0.3) < 3 * weighted.se + 0.02
+
+
+async def test_service_delay_exposure_counts_pulls_old_enough_for_each_bucket() -> None:
+    campaign = Campaign(id="c", arms=["a", "b"], policy={"name": "adapt-patient-bandits"}, window=3600, created_at=T0)
+    store = MemoryStore(clock=lambda: T0)
+    await store.create_campaign(campaign, {})
+    rng = np.random.default_rng(2)
+    times = T0 - rng.integers(0, 2 * 3600 * 10**6, 300)
+    arms = rng.integers(0, 2, 300)
+    for k, (at, arm) in enumerate(zip(times.tolist(), arms.tolist(), strict=True)):
+        bucket, offset, moments = bucket_moments(campaign, at)
+        await store.record_decision(campaign, Pull(arm, bucket, offset, moments, f"d{k}", 1.0, {}), None, 60)
+    state = await store.snapshot(campaign)
+    seen = exposure(campaign, state, T0)
+    folded = seen.matured_cells
+    await store.fold_matured(campaign, state.histogram.arm[folded], state.histogram.bucket[folded])
+    after = exposure(campaign, await store.snapshot(campaign), T0)
+    width = campaign.bucket_width_us
+    for k in range(2):
+        youngest = (T0 - (times[arms == k] // width + 1) * width) / 1e6  # every pull counts from its cell's edge
+        for j, edge in enumerate(upper_edges()):
+            assert seen.delay_exposure[k, j] == (youngest >= edge).sum()
+            # once folded, a matured pull's age is only known to exceed the window
+            inside = ((youngest >= edge) & (youngest < 3600)).sum()
+            assert after.delay_exposure[k, j] == inside + ((youngest >= 3600) & (edge <= 3600)).sum()
