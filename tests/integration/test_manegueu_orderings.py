@@ -60,10 +60,10 @@ def test_heavier_tails_cost_more() -> None:
 def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -> None:
     """Figs. 6–7: with c = 0.7, α_lo = 0.1, μ_lo = 0.6 the band estimator's lower bound never clears α_lo, so
     the literal APB plays exactly as PB(α_lo) with two initial pulls; the tail-estimate APB does better."""
-    horizon = 2000
+    horizon = 5000
     apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0}
     results = run(
-        horizon, 6, [0.6, 0.8],
+        horizon, 8, [0.6, 0.8],
         [{"family": "mixture", "weights": [1 - 0.7 * 2**-0.3, 0.7 * 2**-0.3],
           "components": [{"family": "fixed", "value": 0}, {"family": "pareto", "alpha": 0.3, "scale": 2}]},
          pareto(0.3)],
