@@ -33,6 +33,7 @@ from service.timeutil import MICROS
 class Exposure:
     effective: np.ndarray  # (K,) Ñ
     pending: np.ndarray  # (K,) pulls younger than the window without a counted conversion
+    pending_age: np.ndarray  # (K,) their mean age in seconds (at each bucket's mean pull time); NaN if none
     matured_cells: np.ndarray  # bool (n,): histogram cells whose pulls are all older than the window
     pulls_seen: np.ndarray  # (K,) pulls the histogram read holds (matured included)
     delay_exposure: np.ndarray  # (K, delay_tail.BUCKETS) pulls at least as old as each delay bucket's upper edge
@@ -96,16 +97,23 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     weight = np.where(matured, count * at_window, weight)
     effective = at_window * state.counters.matured + np.bincount(hist.arm, weight, minlength=arms)
     open_cells = ~matured
-    pending = np.bincount(hist.arm[open_cells], (hist.count - hist.converted)[open_cells], minlength=arms)
+    waiting = (hist.count - hist.converted)[open_cells]
+    pending = np.bincount(hist.arm[open_cells], waiting, minlength=arms)
+    age_sum = np.bincount(hist.arm[open_cells], waiting * mean_age[open_cells], minlength=arms)
+    pending_age = np.divide(age_sum, pending, out=np.full(arms, np.nan), where=pending > 0)
     seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
     exposed = delay_exposure(campaign, hist, state.counters.matured, now)
     envelope = campaign.policy_impl.envelope(campaign_stats(state, effective, exposed))
     weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
-    return Exposure(effective, pending.astype(np.int64), matured, seen.astype(np.int64), exposed, weight)
+    return Exposure(effective, pending.astype(np.int64), pending_age, matured, seen.astype(np.int64), exposed, weight)
 
 
 def campaign_stats(
-    state: StateSnapshot, effective: np.ndarray, exposed: np.ndarray, tail_weight: np.ndarray | None = None
+    state: StateSnapshot,
+    effective: np.ndarray,
+    exposed: np.ndarray,
+    tail_weight: np.ndarray | None = None,
+    pending: np.ndarray | None = None,
 ) -> ArmStats:
     """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
     counters = state.counters
@@ -114,6 +122,7 @@ def campaign_stats(
         conversions=counters.conversions[None, :],
         effective=effective[None, :],
         t=np.array([counters.decisions + 1]),
+        pending=None if pending is None else pending[None, :].astype(np.float64),
         tail_weight=None if tail_weight is None else tail_weight[None, :],
         delay_counts=state.delay_counts()[None],
         delay_exposure=exposed[None],

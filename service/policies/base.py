@@ -30,11 +30,12 @@ class ArmStats:
     conversions: np.ndarray  # (R, K) S_k, counted conversions (already censored at the window)
     effective: np.ndarray  # (R, K) Ñ_k = Σ τ(min(age, m)), from the delay model
     t: np.ndarray  # (R,) index of the round being decided = decisions so far + 1
-    # Optional, for the policies that declare they need them (Manegueu 2020); None for every other policy.
+    # Optional, for the policies that declare they need them (Manegueu 2020, QPM-D); None for the others.
     tail_weight: np.ndarray | None = None  # (R, K) W_k = Σ_{pulls of k in the window} ψ(age), ψ the policy's
     delay_counts: np.ndarray | None = None  # (R, K, B) observed delays per log bucket (service/delay_tail.py)
     band: np.ndarray | None = None  # (R, 2) the answer to a policy's band query: pulls old enough, conversions
     delay_exposure: np.ndarray | None = None  # (R, K, B) pulls at least as old as each delay bucket's upper edge
+    pending: np.ndarray | None = None  # (R, K) pulls inside the window with no conversion seen (outcome unknown)
 
     def __post_init__(self) -> None:
         shape = np.shape(self.pulls)

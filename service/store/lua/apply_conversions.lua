@@ -2,11 +2,13 @@
 -- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset),
 -- delays (hash arm:delay bucket -> count).
 -- ARGV: now (µs), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
--- value, expires µs, delay bucket]), audit records (one JSON document per event, joined by newlines).
--- Returns one outcome per event, or {'paused'} / {'unknown'} for the whole batch.
+-- value, expires µs, delay bucket]), audit records (one JSON document per event, joined by newlines), policy
+-- version the events were classified against.
+-- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
 local counters, cells, audit, seen, expiry, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local paused = redis.call('HGET', counters, 'paused')
 if not paused then return {'unknown'} end
+if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[4] then return {'moved'} end
 if paused == '1' then return {'paused'} end
 
 -- Forget what has expired (a bounded amount per call, so the cost stays proportional to the batch).

@@ -1,0 +1,51 @@
+"""How one policy plays a round of R runs: from per-arm statistics (a feed) or from its plan of segments."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from service.policies import Policy, SchedulePolicy
+from service.sim.environment import Environment
+from service.sim.feeds import Feed
+from service.sim.segments import ScheduleDriver
+
+
+class Player(Protocol):
+    def play(self, n: int) -> np.ndarray:
+        """Play round ``n`` in every run; the arms pulled (R,)."""
+
+
+class FeedPlayer:
+    """Index and sampling policies: ``choose`` on the feed's statistics, then the feed learns what arrived."""
+
+    def __init__(self, policy: Policy, env: Environment, feed: Feed, rng: np.random.Generator) -> None:
+        self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
+        self._t = np.empty(env.runs)
+        self._runs = np.arange(env.runs)
+
+    def play(self, n: int) -> np.ndarray:
+        self._t.fill(n)
+        arms = self.policy.choose(self.feed.stats(self._t), self.rng).arm
+        pull = self.env.pull(arms)
+        ledger = self.feed.ledger
+        ledger.pulls[self._runs, arms] += 1.0
+        self.feed.record(pull)
+        ledger.conversions += self.env.observe(self.env.end_round())
+        return arms
+
+
+class SchedulePlayer:
+    """Planning policies: the scheduled arm, then the round's total arrivals (attributed ones summed: an
+    anonymous learner may always be given less than there is)."""
+
+    def __init__(self, policy: SchedulePolicy, env: Environment, rng: np.random.Generator) -> None:
+        self.env = env
+        self.driver = ScheduleDriver(policy, env.runs, rng)
+
+    def play(self, n: int) -> np.ndarray:
+        arms = self.driver.arms().copy()
+        self.env.pull(arms)
+        self.driver.observe(self.env.end_round().sum(axis=1))
+        return arms
