@@ -39,32 +39,41 @@ def serve(
     host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
-    insecure: Annotated[bool, typer.Option(help="allow a non-loopback bind without API keys")] = False,
+    insecure: Annotated[
+        bool, typer.Option(envvar="LATEBANDIT_INSECURE", help="allow a non-loopback bind without API keys")
+    ] = False,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
     redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
     database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
     secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
     api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
     snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
     dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
     request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
-    log_level: Annotated[str | None, typer.Option()] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
+    metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
+    metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
 ) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
     Each flag sets the LATEBANDIT_* variable of the same name."""
     import uvicorn
 
+    from service.logs import log_config
+
     flags = {
         "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
-        "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
+        "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
+        "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
+        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
     }  # fmt: skip
     for name, value in flags.items():
         if value is not None:
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
     settings = Settings()
-    if not settings.api_keys and not _is_loopback(host):
+    if not settings.api_key_pairs() and not _is_loopback(host):
         if not insecure:
             console.print(
                 f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
@@ -88,7 +97,8 @@ def serve(
             port=port,
             workers=workers,
             log_level=settings.log_level,
-            access_log=False,
+            log_config=log_config(settings.log_level),
+            access_log=False,  # service.logs.RequestLog writes the access lines, with request ids
         )
     finally:
         if metrics_dir is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.delays import DelayModel, Empirical, Fixed, Mixture, Uniform
+from service.delay_facts import support_end
 from service.sim.scenario import Scenario
 
 WORLD_STREAM = 0  # spawn keys: (WORLD_STREAM, run) for the world of a run, (POLICY_STREAM,) for policies
@@ -45,19 +45,6 @@ def one_hot(arms: np.ndarray, n_arms: int) -> np.ndarray:
     present = arms >= 0
     out[np.flatnonzero(present), arms[present]] = 1.0
     return out
-
-
-def support_end(model: DelayModel) -> float:
-    """The largest delay the model can produce (inf when unbounded), to size the calendar."""
-    if isinstance(model, Fixed):
-        return model.value
-    if isinstance(model, Uniform):
-        return model.high
-    if isinstance(model, Empirical) and model.quantiles[-1][1] >= 1.0:
-        return model.quantiles[-1][0]
-    if isinstance(model, Mixture):
-        return max(support_end(component) for component in model.components)
-    return math.inf
 
 
 class Ring:
@@ -175,7 +162,9 @@ class Environment:
         delays = self._delays[offset, runs, arms if self._delays.shape[2] > 1 else 0]
         limit = np.inf if self.window is None else self.window
         counted = (values > 0) & np.isfinite(delays) & (delays <= limit)
-        lags = np.where(counted, np.ceil(np.where(counted, delays, 0.0)), -1).astype(np.int64)
+        # Clipped past the horizon before the cast: a heavy tail (Pareto α = 0.3) draws delays beyond int64.
+        beyond = self.scenario.horizon + 1.0
+        lags = np.where(counted, np.ceil(np.minimum(np.where(counted, delays, 0.0), beyond)), -1).astype(np.int64)
         remaining = self.scenario.horizon - self.round  # later arrivals are never seen
         spread = self.scenario.spread
         for part in range(spread):

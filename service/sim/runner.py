@@ -16,19 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from service.policies import Choice, make_policy
-from service.policies.floor import with_floor
+from service.policies import Policy, SchedulePolicy
 from service.sim.accounting import exposure_for
-from service.sim.environment import Environment, Pull, policy_generator
-from service.sim.feeds import Ledger, make_feed
-from service.sim.scenario import PolicySpec, Scenario, ScenarioError
+from service.sim.environment import Environment, policy_generator
+from service.sim.feeds import Ledger
+from service.sim.patient import make_feed
+from service.sim.players import FeedPlayer, Observer, Player, SchedulePlayer
+from service.sim.scenario import PolicySpec, Scenario, ScenarioError, scenario_policy
 
 CURVE_POINTS = 200  # rounds recorded for curves, on top of the checkpoints (linear and geometric grids)
 PROGRESS_EVERY = 250  # rounds between progress callbacks
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 Progress = Callable[[int], None]
-Observer = Callable[[int, Choice, Pull], None]  # (round, the choice, the pull) after each round's pull
 
 
 @dataclass(frozen=True)
@@ -77,16 +77,20 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 
 
 def check_runnable(scenario: Scenario) -> None:
-    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it)."""
+    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it).
+    Attributed conversions can always be summed into anonymous observations (DESIGN.md), not the reverse."""
     for i, spec in enumerate(scenario.policies):
-        consumes = make_policy(spec.name, spec.params, scenario.n_arms).feedback
-        if consumes != scenario.feedback:
+        consumes = make_policy_for(scenario, spec).feedback
+        if consumes == "attributed" and scenario.feedback != "attributed":
             raise ScenarioError(
-                f"policies[{i}] {spec.label!r} consumes {consumes} feedback, but this scenario's feedback is "
-                f"{scenario.feedback!r}. No policy of this version consumes anonymous or composite feedback yet "
-                "(ODAAF and ARS-UCB come with the Pike-Burke 2018 and Wang 2021 issues); the simulator's "
-                "environment already generates these observations (service/sim/environment.py)."
+                f"policies[{i}] {spec.label!r} learns from attributed conversions, but this scenario's feedback "
+                f"is {scenario.feedback!r}: only sums are observed. Use a policy for anonymous feedback (odaaf, "
+                "odaaf-b, odaaf-v, ars-ucb, ars-exp3, clw) or feedback 'attributed'."
             )
+
+
+def make_policy_for(scenario: Scenario, spec: PolicySpec) -> Policy:
+    return scenario_policy(spec.name, spec.params, scenario.delays, scenario.horizon)
 
 
 def run_policy(
@@ -99,28 +103,24 @@ def run_policy(
 ) -> PolicyResult:
     """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``;
     ``observe`` sees every round's choices and pulls (to write event logs, service/sim/logs.py)."""
-    policy = make_policy(spec.name, spec.params, scenario.n_arms)
+    policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
     count = env.runs
-    ledger = Ledger(count, scenario.n_arms)
     exposure = exposure_for(scenario.delays, scenario.window, scenario.horizon, count)
-    feed = make_feed(spec.feed, policy, ledger, env, exposure)
     rng = policy_generator(scenario.seed)
+    player: Player
+    if isinstance(policy, SchedulePolicy):
+        player = SchedulePlayer(policy, env, rng, observe)
+    else:
+        feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env, exposure)
+        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
-    regret, t, run_index = np.zeros(count), np.empty(count), np.arange(count)
+    regret = np.zeros(count)
     point, reported, started = 0, 0, time.perf_counter()
     for n in range(1, scenario.horizon + 1):
-        t.fill(n)
-        choice = with_floor(policy.choose(feed.stats(t), rng), spec.exploration_floor, rng)
-        arms = choice.arm
-        pull = env.pull(arms)
-        if observe is not None:
-            observe(n, choice, pull)
-        ledger.pulls[run_index, arms] += 1.0
+        arms = player.play(n)
         exposure.push(arms)
-        feed.record(pull)
-        ledger.conversions += env.observe(env.end_round())
         regret += env.gaps[arms]
         if n == grid[point]:
             curve[point] = regret

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,8 +18,9 @@ from typing import Any
 
 import yaml
 
+from service.delay_facts import FACT_PARAMS, delay_fact, with_delay_facts
 from service.delays import DelayModel, delay_from_spec
-from service.policies import make_policy
+from service.policies import POLICIES, Policy, SchedulePolicy, make_policy
 from service.policies.floor import check_floor
 
 REWARDS = ("bernoulli", "bounded")
@@ -206,6 +208,22 @@ def _check_feed(feed: Feed, delay_corrected: bool, scenario: Mapping[str, Any], 
             raise ScenarioError(f"{where}: gamma is for the uncensored plug-in (no window); the censored one counts")
 
 
+def scenario_policy(name: object, params: Mapping[str, Any], delays: Sequence[DelayModel], horizon: int) -> Policy:
+    """The policy of a scenario entry. A policy playing planned segments gets, unless its params say
+    otherwise, the scenario's horizon and the delay facts it needs (in rounds) from the delay model; with one
+    delay per arm, the largest fact over the arms (the papers assume one delay for all arms, and an upper
+    bound is allowed by their assumptions A1–A3)."""
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is None or not issubclass(cls, SchedulePolicy):
+        return make_policy(name, params, len(delays))  # type: ignore[arg-type]
+    filled = {"horizon": horizon, **params}
+    for param, fact in FACT_PARAMS.items():
+        largest = max(delay_fact(model, fact) for model in delays)
+        if param in cls.PARAMS and filled.get(param) is None and math.isfinite(largest):
+            filled[param] = largest
+    return make_policy(name, with_delay_facts(str(name), cls.PARAMS, filled, delays[0], 1.0), len(delays))
+
+
 def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, ...]:
     specs = []
     for i, entry in enumerate(_list(value, "policies")):
@@ -214,7 +232,7 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
         _no_extra(data, POLICY_KEYS, where)
         name, params = data.get("name"), data.get("params", {})
         try:
-            policy = make_policy(name, _mapping(params, f"{where}.params"), len(scenario["arms"]))
+            policy = scenario_policy(name, _mapping(params, f"{where}.params"), scenario["delays"], scenario["horizon"])
         except ValueError as error:
             raise ScenarioError(f"{where}: {error}") from error
         label = data.get("label", name)
@@ -260,7 +278,7 @@ def scenario_from_mapping(data: object) -> Scenario:
     if "spread" in data and feedback != "composite":
         raise ScenarioError("spread is only used with feedback 'composite'")
     spread = _integer(data.get("spread"), "spread", 1) if feedback == "composite" else 1
-    context = {"arms": arms, "window": window, "shared_delay": shared}
+    context = {"arms": arms, "window": window, "shared_delay": shared, "delays": delays, "horizon": horizon}
     return Scenario(
         horizon=horizon,
         runs=_integer(data.get("runs", 100), "runs", 1),

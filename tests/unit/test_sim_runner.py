@@ -146,7 +146,7 @@ def test_recorded_rounds_include_every_checkpoint_and_the_horizon() -> None:
 
 def test_policies_that_cannot_consume_the_feedback_are_refused() -> None:
     scenario = make([{"name": "delayed-klucb"}], feedback="anonymous")
-    with pytest.raises(ScenarioError, match="No policy of this version consumes anonymous"):
+    with pytest.raises(ScenarioError, match=r"learns from attributed conversions.*only sums are observed"):
         simulate(scenario)
 
 
