@@ -46,7 +46,8 @@ def record_to_line(record: Record) -> dict[str, Any]:
 def campaign_line(record: Record) -> dict[str, Any]:
     config = record.get("config")
     if record["action"] == "create":
-        return {"type": "campaign", **config, "created_at": format_time(config["created_at"])}
+        fields = {key: value for key, value in config.items() if value is not None}  # unset options: defaults
+        return {"type": "campaign", **fields, "created_at": format_time(config["created_at"])}
     if record["action"] == "policy":
         return {"type": "campaign", "id": record["campaign"], "version": config["version"], "policy": config["policy"],
                 "delay": config["delay"], "at": format_time(record["at"])}  # fmt: skip
