@@ -28,8 +28,8 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.http_load import LoadResult, post, run_load
 from service.campaign import Campaign
+from service.loadtest.client import LoadResult, Repeat, post, run_load
 from service.store.base import Counters, Histogram
 from service.store.redis import RedisStore
 from service.timeutil import MICROS, format_time, wall_clock
@@ -121,7 +121,7 @@ def feedback_requests(campaign: Campaign, batch: int) -> itertools.Iterator[byte
 
 def measure(port: int, requests: itertools.Iterator[bytes] | bytes, duration: float, concurrency: int) -> LoadResult:
     next_request = (lambda: requests) if isinstance(requests, bytes) else requests.__next__
-    return asyncio.run(run_load("127.0.0.1", port, next_request, duration, concurrency))
+    return asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(next_request), duration, concurrency))
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from service.delay_facts import with_delay_facts
 from service.delays import DelayModel, delay_from_spec
 from service.ids import Identifier
 from service.policies import POLICIES, Policy, SchedulePolicy, make_policy
+from service.policies.floor import check_floor
 from service.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -71,6 +72,9 @@ class CampaignSpec(BaseModel):
     )
     default_arm: Identifier | None = None
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
+    exploration_floor: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="minimum propensity of every arm (0: off), at most 1/#arms"
+    )
     slot_seconds: float | None = Field(
         default=None, gt=0, le=MAX_WINDOW_SECONDS, description="planning policies: wall-clock slots of this length"
     )
@@ -96,7 +100,13 @@ class CampaignSpec(BaseModel):
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
             raise ValueError(f"delay: {error}") from error
-        build_policy(self.policy, self.arms, model, self.seconds_per_slot)
+        policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot)
+        check_floor(policy, self.exploration_floor)
+        if policy.needs_band():
+            raise ValueError(
+                f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "
+                "by round age, which only the simulator keeps; the service supports estimator 1 (the default)"
+            )
         if POLICIES[self.policy.name].delay_corrected:
             if model.family == "unknown":
                 raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")

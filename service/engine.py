@@ -17,7 +17,8 @@ import numpy as np
 from service import metrics
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
-from service.exposure import Exposure, bucket_moments, exposure
+from service.delay_tail import delay_summary
+from service.exposure import Exposure, bucket_moments, campaign_stats, exposure
 from service.feedback import (
     Conversion,
     Reason,
@@ -28,6 +29,7 @@ from service.feedback import (
     prepare,
 )
 from service.policies.base import EPS_N, ArmStats
+from service.policies.floor import with_floor
 from service.scheduling import Scheduler, describe_schedule
 from service.store.base import (
     AnonymousEvent,
@@ -212,7 +214,7 @@ class DecisionEngine:
         else:
             state = await self.store.snapshot(campaign, self.options.snapshot_interval)
             stats = await self._stats(campaign, state, now)
-            choice = campaign.policy_impl.choose(stats, self.rng)
+            choice = with_floor(campaign.policy_impl.choose(stats, self.rng), campaign.exploration_floor, self.rng)
             pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
             result = await self.store.record_decision(campaign, pull, request_id, ttl)
         if result.status is DecisionStatus.MOVED:
@@ -271,6 +273,7 @@ class DecisionEngine:
         for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
             row["pending_age"] = _number(age)
         metrics.publish_arms(campaign.id, rows)
+        metrics.publish_delays(campaign.id, delay_rows(campaign, state, seen))
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -434,6 +437,7 @@ class DecisionEngine:
             return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         metrics.publish_arms(campaign.id, body["arms"])
+        metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body
 
     async def _durable(self) -> None:
@@ -442,15 +446,12 @@ class DecisionEngine:
 
 
 def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
-    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
-    counters = state.counters
-    return ArmStats(
-        pulls=counters.pulls[None, :].astype(np.float64),
-        conversions=counters.conversions[None, :],
-        effective=seen.effective[None, :],
-        t=np.array([counters.decisions + 1]),
-        pending=seen.pending[None, :].astype(np.float64),
-    )
+    """The statistics for a decision. Pulls counted since the histogram read are missing from W; each adds
+    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (manegueu2020.md §3.4)."""
+    weight = seen.tail_weight
+    if weight is not None:
+        weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending)
 
 
 def _number(value: float) -> float | None:
@@ -458,19 +459,31 @@ def _number(value: float) -> float | None:
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
-    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays."""
+    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
+    arm also carries ``delays``, what its observed conversion delays say (service/delay_tail.py)."""
+    seen = exposure(campaign, state, as_of)
+    arms = arm_rows(campaign, state, seen)
+    for arm, summary in delay_rows(campaign, state, seen).items():
+        arms[arm]["delays"] = summary
     return {
         "campaign": campaign.id,
         "policy": campaign.policy.name,
         "decisions": int(state.counters.decisions),
         "as_of": format_time(as_of),
-        "arms": arm_rows(campaign, state, exposure(campaign, state, as_of)),
+        "arms": arms,
         "policy_state": {
             "status": campaign.status.value,
             "window": campaign.window,
             "bucket_width": campaign.bucket_width_us / MICROS,
+            **campaign.policy_impl.policy_state(arm_stats(state, seen)),
         },
     }
+
+
+def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm, what the observed delays say, weighted by how many pulls could have shown each delay."""
+    counts = state.delay_counts()
+    return {arm: delay_summary(counts[k], seen.delay_exposure[k]) for k, arm in enumerate(campaign.arms)}
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:

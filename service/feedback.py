@@ -14,6 +14,7 @@ from typing import Any
 
 from service.audit.records import Record
 from service.campaign import Campaign
+from service.delay_tail import bucket_of
 from service.ids import is_identifier
 from service.store.base import AnonymousEvent, PreparedConversion
 from service.timeutil import MICROS, parse_time
@@ -139,6 +140,7 @@ def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retent
         event_id=conversion.event_id,
         dedup_ttl=math.ceil(max(0.0, remaining) + retention),
         record=record,
+        delay_bucket=int(bucket_of(delay / MICROS)),
     )
 
 

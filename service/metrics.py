@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -79,6 +79,24 @@ ARM_EFFECTIVE = Gauge(
 ARM_PENDING = Gauge(
     "latebandit_arm_pending",
     "Pulls still inside the window without conversion",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
+)
+ARM_OBSERVED_DELAYS = Gauge(
+    "latebandit_arm_observed_delays",
+    "First conversions of counted pulls whose delay the per-arm delay histogram holds",
+    ["campaign", "arm"],
+    multiprocess_mode="mostrecent",
+)
+ARM_DELAY_QUANTILE = Gauge(
+    "latebandit_arm_delay_quantile_seconds",
+    "Upper bound of a quantile of the observed conversion delays (log-spaced buckets, ratio sqrt 2)",
+    ["campaign", "arm", "quantile"],
+    multiprocess_mode="mostrecent",
+)
+ARM_DELAY_TAIL = Gauge(
+    "latebandit_arm_delay_tail_alpha",
+    "Tail exponent of the observed delays, P(D > x) ~ x^-alpha (grouped Hill estimate; NaN: too few delays)",
     ["campaign", "arm"],
     multiprocess_mode="mostrecent",
 )
@@ -205,6 +223,18 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
             if key in row:  # the pending age comes with histogram reads only, not with GET /state
                 value = row[key]
                 gauge.labels(*labels).set(math.nan if value is None else value)
+
+
+def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
+    """Per-arm delay gauges from the ``delays`` summaries of the state (service/delay_tail.py)."""
+    for arm, summary in summaries.items():
+        labels = arm_label(campaign, arm)
+        ARM_OBSERVED_DELAYS.labels(*labels).set(summary["observed"])
+        alpha = summary["tail_alpha"]
+        ARM_DELAY_TAIL.labels(*labels).set(math.nan if alpha is None else alpha)
+        for name, value in summary["quantiles"].items():
+            level = f"{int(name[1:]) / 100:g}"  # "p50" → "0.5"
+            ARM_DELAY_QUANTILE.labels(*labels, level).set(math.nan if value is None else value)
 
 
 def publish_campaign(campaign: Campaign) -> None:

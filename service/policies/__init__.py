@@ -7,6 +7,7 @@ from typing import Any
 
 from service.policies.base import ArmStats, Choice, Policy
 from service.policies.baselines import KLUCB, UCB1, Fixed, Thompson, Uniform
+from service.policies.manegueu import AdaptPatientBandits, PatientBandits
 from service.policies.pikeburke import Odaaf, OdaafB, OdaafV, QpmD
 from service.policies.schedule import SchedulePolicy
 from service.policies.vernade import DelayedKLUCB, DelayedUCB
@@ -15,7 +16,7 @@ from service.policies.wang import ArsExp3, ArsUcb, Clw
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (
-        *(Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB),
+        *(Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, PatientBandits, AdaptPatientBandits),
         *(Odaaf, OdaafB, OdaafV, QpmD, ArsUcb, ArsExp3, Clw),
     )
 }

@@ -162,7 +162,9 @@ class Environment:
         delays = self._delays[offset, runs, arms if self._delays.shape[2] > 1 else 0]
         limit = np.inf if self.window is None else self.window
         counted = (values > 0) & np.isfinite(delays) & (delays <= limit)
-        lags = np.where(counted, np.ceil(np.where(counted, delays, 0.0)), -1).astype(np.int64)
+        # Clipped past the horizon before the cast: a heavy tail (Pareto α = 0.3) draws delays beyond int64.
+        beyond = self.scenario.horizon + 1.0
+        lags = np.where(counted, np.ceil(np.minimum(np.where(counted, delays, 0.0), beyond)), -1).astype(np.int64)
         remaining = self.scenario.horizon - self.round  # later arrivals are never seen
         spread = self.scenario.spread
         for part in range(spread):

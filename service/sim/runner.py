@@ -19,8 +19,9 @@ import numpy as np
 from service.policies import Policy, SchedulePolicy
 from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, policy_generator
-from service.sim.feeds import Ledger, make_feed
-from service.sim.players import FeedPlayer, Player, SchedulePlayer
+from service.sim.feeds import Ledger
+from service.sim.patient import make_feed
+from service.sim.players import FeedPlayer, Observer, Player, SchedulePlayer
 from service.sim.scenario import PolicySpec, Scenario, ScenarioError, scenario_policy
 
 CURVE_POINTS = 200  # rounds recorded for curves, on top of the checkpoints (linear and geometric grids)
@@ -93,9 +94,15 @@ def make_policy_for(scenario: Scenario, spec: PolicySpec) -> Policy:
 
 
 def run_policy(
-    scenario: Scenario, spec: PolicySpec, progress: Progress | None = None, runs: int | None = None, first_run: int = 0
+    scenario: Scenario,
+    spec: PolicySpec,
+    progress: Progress | None = None,
+    runs: int | None = None,
+    first_run: int = 0,
+    observe: Observer | None = None,
 ) -> PolicyResult:
-    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``."""
+    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``;
+    ``observe`` sees every round's choices and pulls (to write event logs, service/sim/logs.py)."""
     policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
     count = env.runs
@@ -103,10 +110,10 @@ def run_policy(
     rng = policy_generator(scenario.seed)
     player: Player
     if isinstance(policy, SchedulePolicy):
-        player = SchedulePlayer(policy, env, rng)
+        player = SchedulePlayer(policy, env, rng, observe)
     else:
-        ledger = Ledger(count, scenario.n_arms)
-        player = FeedPlayer(policy, env, make_feed(spec.feed, policy, ledger, env, exposure), rng)
+        feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env, exposure)
+        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
     regret = np.zeros(count)

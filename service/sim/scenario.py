@@ -21,6 +21,7 @@ import yaml
 from service.delay_facts import FACT_PARAMS, delay_fact, with_delay_facts
 from service.delays import DelayModel, delay_from_spec
 from service.policies import POLICIES, Policy, SchedulePolicy, make_policy
+from service.policies.floor import check_floor
 
 REWARDS = ("bernoulli", "bounded")
 FEEDBACKS = ("attributed", "anonymous", "composite")
@@ -28,7 +29,7 @@ FEEDBACKS = ("attributed", "anonymous", "composite")
 # delay-corrected policy, "naive" otherwise.
 FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin")
 KEYS = {"horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints"}
-POLICY_KEYS = {"name", "params", "label", "feed"}
+POLICY_KEYS = {"name", "params", "label", "feed", "exploration_floor"}
 MAX_LABEL = 64
 
 
@@ -98,11 +99,14 @@ class PolicySpec:
     params: Mapping[str, Any]
     label: str
     feed: Feed = field(default_factory=Feed)
+    exploration_floor: float = 0.0  # as the campaign option (service/policies/floor.py)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "params": dict(self.params), "label": self.label}
         if self.feed.kind is not None:
             out["feed"] = self.feed.to_json()
+        if self.exploration_floor:
+            out["exploration_floor"] = self.exploration_floor
         return out
 
 
@@ -236,7 +240,12 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
             raise ScenarioError(f"{where}.label must be a string of 1 to {MAX_LABEL} characters")
         feed = _feed(data.get("feed"), f"{where}.feed")
         _check_feed(feed, policy.delay_corrected, scenario, where)
-        specs.append(PolicySpec(name, dict(params), label, feed))
+        floor = _probability(data.get("exploration_floor", 0.0), f"{where}.exploration_floor")
+        try:
+            check_floor(policy, floor)
+        except ValueError as error:
+            raise ScenarioError(f"{where}: {error}") from error
+        specs.append(PolicySpec(name, dict(params), label, feed, floor))
     labels = [spec.label for spec in specs]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:

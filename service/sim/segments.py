@@ -39,6 +39,10 @@ class ScheduleDriver:
         """(R,) the arm each run plays this round."""
         return self.arm
 
+    def propensities(self) -> np.ndarray:
+        """(R,) the probability each run's policy had of playing its current segment's arm."""
+        return np.array([segment.propensity for segment in self.current])
+
     def observe(self, rewards: np.ndarray) -> None:
         """The round was played and ``rewards`` (R,) observed during it."""
         self.reward += rewards

@@ -1,8 +1,9 @@
 """The state-store interface and the plain data it exchanges with the decision engine.
 
-The per-campaign state does not depend on the policy: raw counters per arm, plus a histogram of the
+The per-campaign state does not depend on the policy: raw counters per arm, a histogram of the
 pulls still inside the censoring window (per arm and time bucket: count, summed offset (ms) inside the bucket,
-summed exponential moments, conversions seen). Every field only ever grows by addition, so the state does
+summed exponential moments, conversions seen), and per arm the counts of observed conversion delays in the
+fixed log-spaced buckets of service/delay_tail.py. Every field only ever grows by addition, so the state does
 not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
 A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
 keeps the state bounded by the window, not by traffic.
@@ -19,6 +20,7 @@ import numpy as np
 from service.audit.queue import AuditQueue
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
 from service.policies.schedule import Plan
 from service.store.schedule import Claim, ScheduleView
 
@@ -79,6 +81,11 @@ class Histogram:
 class StateSnapshot:
     counters: Counters
     histogram: Histogram
+    delays: np.ndarray | None = None  # int64 (K, delay_tail.BUCKETS): first conversions of counted pulls
+
+    def delay_counts(self) -> np.ndarray:
+        arms = len(self.counters.pulls)
+        return self.delays if self.delays is not None else np.zeros((arms, BUCKETS), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class PreparedConversion:
     event_id: str | None
     dedup_ttl: int  # seconds the event_id and the decision's conversion are remembered
     record: Record = field(default_factory=dict)
+    delay_bucket: int = 0  # delay_tail bucket of the delay, counted with the decision's first conversion
 
 
 class StateStore(AuditQueue, Protocol):

@@ -23,7 +23,8 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.dedup, self.dedup_expiry, *self.schedule_names())
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.dedup_expiry)
+        names += self.schedule_names()
         return [name(campaign) for name in names]
 
     def config(self, campaign: str) -> str:
@@ -36,6 +37,10 @@ class Keys:
     def cells(self, campaign: str) -> str:
         """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments)."""
         return self._tagged(campaign, "cells")
+
+    def delays(self, campaign: str) -> str:
+        """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/delay_tail.py)."""
+        return self._tagged(campaign, "delays")
 
     def audit(self, campaign: str) -> str:
         """Stream of audit entries waiting for the writer."""

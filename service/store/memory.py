@@ -17,6 +17,7 @@ import numpy as np
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
 from service.policies.schedule import Plan
 from service.store.base import (
     AnonymousEvent,
@@ -54,6 +55,12 @@ class CampaignMemory:
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
     histogram_at: int = 0
+    delays: np.ndarray | None = None  # (K, delay_tail.BUCKETS) observed delays; zeros at creation
+
+    def __post_init__(self) -> None:
+        if self.delays is None:
+            self.delays = np.zeros((len(self.campaign.arms), BUCKETS), dtype=np.int64)
+
     schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
 
 
@@ -111,10 +118,9 @@ class MemoryStore:
         seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B)."""
         memory = self._campaigns[campaign.id]
         now = self._clock()
-        if memory.histogram is not None and now - memory.histogram_at <= max_age * MICROS:
-            return StateSnapshot(_copy(memory.counters), memory.histogram)
-        memory.histogram, memory.histogram_at = self._histogram(memory), now
-        return StateSnapshot(_copy(memory.counters), memory.histogram)
+        if memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
+            memory.histogram, memory.histogram_at = self._histogram(memory), now
+        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())  # type: ignore[union-attr]
 
     @staticmethod
     def _histogram(memory: CampaignMemory) -> Histogram:
@@ -184,6 +190,8 @@ class MemoryStore:
             if event.event_id is None:
                 return Outcome.DUPLICATE
             return Outcome.CENSORED if event.censored else Outcome.REPEAT
+        if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
+            memory.delays[event.arm, event.delay_bucket] += 1  # type: ignore[index]
         if event.censored:
             return Outcome.CENSORED
         if not event.counts:
@@ -304,7 +312,7 @@ class MemoryStore:
         the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
         self._campaigns[memory.campaign.id] = CampaignMemory(
-            memory.campaign, memory.counters, memory.cells, expiring, schedule=memory.schedule
+            memory.campaign, memory.counters, memory.cells, expiring, delays=memory.delays, schedule=memory.schedule
         )
 
     # audit queue ----------------------------------------------------------------------------------

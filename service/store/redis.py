@@ -34,6 +34,7 @@ from service import metrics
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
 from service.policies.schedule import Observed, Plan, Segment
 from service.store.base import (
     AnonymousEvent,
@@ -75,7 +76,8 @@ def _load_script(name: str) -> str:
 class _Cached:
     counters: Counters
     histogram: Histogram
-    read_at: float  # time.monotonic() of the histogram read
+    delays: np.ndarray
+    read_at: float  # time.monotonic() of the histogram (and delay histogram) read
     version: int  # the policy version it was read for: a policy change resets the state
 
 
@@ -121,6 +123,15 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     return Histogram(
         keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components)
     )
+
+
+def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
+    """The delays hash (``arm:bucket`` → count) as a (K, buckets) int64 array."""
+    delays = np.zeros((arms, BUCKETS), dtype=np.int64)
+    for field, value in raw.items():
+        arm, bucket = field.split(b":")
+        delays[int(arm), int(bucket)] = int(value)
+    return delays
 
 
 class RedisStore:
@@ -219,7 +230,7 @@ class RedisStore:
         if cached is not None and cached.version != campaign.version:
             cached = None  # read under another policy version, whose state a policy change has reset
         if cached is not None and time.monotonic() - cached.read_at <= max_age:
-            return StateSnapshot(cached.counters, cached.histogram)
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         key = (campaign.id, campaign.version)
         refresh = self._refreshing.get(key)
         if refresh is None:
@@ -227,7 +238,7 @@ class RedisStore:
             self._refreshing[key] = refresh
             refresh.add_done_callback(lambda done: self._refreshed(key, done))
         if cached is not None and not refresh.done():
-            return StateSnapshot(cached.counters, cached.histogram)
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         return await asyncio.shield(refresh)
 
     def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
@@ -239,12 +250,14 @@ class RedisStore:
         async with self._reachable("snapshot"), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
-            counters_raw, cells_raw = await pipe.execute()
+            pipe.hgetall(self.keys.delays(campaign.id))
+            counters_raw, cells_raw, delays_raw = await pipe.execute()
         components = len(campaign.exact_components)
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
-        self._cache[campaign.id] = _Cached(counters, histogram, time.monotonic(), campaign.version)
-        return StateSnapshot(counters, histogram)
+        delays = parse_delays(delays_raw, len(campaign.arms))
+        self._cache[campaign.id] = _Cached(counters, histogram, delays, time.monotonic(), campaign.version)
+        return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
@@ -297,10 +310,10 @@ class RedisStore:
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid), self.keys.delays(cid)]
         params = [
             [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
-             repr(event.value), now // MICROS + event.dedup_ttl]
+             repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
             for event in events
         ]  # fmt: skip
         records = b"\n".join(orjson.dumps(event.record) for event in events)
@@ -443,17 +456,23 @@ class RedisStore:
         counters: Counters,
         histogram: Histogram,
         expiring: dict[str, tuple[str, int]],
+        delays: np.ndarray | None = None,
         schedule: ScheduleBook | None = None,
     ) -> None:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
-        remaining seconds; ``schedule``, a planning campaign's schedule as the embedded store keeps it."""
+        remaining seconds; ``delays`` is the (K, buckets) delay histogram (none: empty); ``schedule``, a
+        planning campaign's schedule as the embedded store keeps it."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
             _write_counters(pipe, self.keys.counters(cid), campaign, counters)
             _write_histogram(pipe, self.keys.cells(cid), histogram)
+            if delays is not None and delays.any():
+                arms, buckets = np.nonzero(delays)
+                counts = {f"{a}:{b}": int(delays[a, b]) for a, b in zip(arms.tolist(), buckets.tolist(), strict=True)}
+                pipe.hset(self.keys.delays(cid), mapping=counts)
             if schedule is not None and schedule.plan is not None:
                 self._write_schedule(pipe, cid, schedule)
             for suffix, (value, seconds) in expiring.items():

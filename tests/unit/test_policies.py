@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from service.delay_tail import BUCKETS
 from service.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
@@ -93,16 +94,26 @@ def random_stats(rng: np.random.Generator, runs: int, arms: int) -> ArmStats:
         column[tied, 1] = column[tied, 0]
     t = pulls.sum(axis=1) + 1 + rng.integers(0, 1000, runs)
     t[rng.random(runs) < 0.05] = 1
+    tail_weight = pulls * rng.uniform(0.0, 1.0, (runs, arms))  # Manegueu 2020: W <= N
+    delay_counts = rng.poisson(
+        rng.uniform(0.0, 5.0, (runs, arms, 1)) / (1.0 + np.arange(BUCKETS)), (runs, arms, BUCKETS)
+    )
     pending = np.floor((pulls - conversions) * rng.uniform(0.0, 1.0, (runs, arms)))
     pending[tied, 1] = pending[tied, 0]
-    return ArmStats(pulls.astype(np.float64), conversions.astype(np.float64), effective, t, pending)
+    return ArmStats(
+        pulls.astype(np.float64), conversions.astype(np.float64), effective, t,
+        pending=pending, tail_weight=tail_weight, delay_counts=delay_counts,
+    )  # fmt: skip
 
 
 def row(stats: ArmStats, r: int) -> ArmStats:
-    pending = None if stats.pending is None else stats.pending[r : r + 1]
+    one = slice(r, r + 1)
     return ArmStats(
-        stats.pulls[r : r + 1], stats.conversions[r : r + 1], stats.effective[r : r + 1], stats.t[r : r + 1], pending
-    )
+        stats.pulls[one], stats.conversions[one], stats.effective[one], stats.t[one],
+        pending=None if stats.pending is None else stats.pending[one],
+        tail_weight=None if stats.tail_weight is None else stats.tail_weight[one],
+        delay_counts=None if stats.delay_counts is None else stats.delay_counts[one],
+    )  # fmt: skip
 
 
 def tile(stats: ArmStats, runs: int) -> ArmStats:
@@ -320,6 +331,7 @@ def test_purity(policy: Policy) -> None:
 
 def test_registry_matches_contract_names() -> None:
     attributed = {"uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb", "qpm-d"}
+    attributed |= {"patient-bandits", "adapt-patient-bandits"}
     anonymous = {"odaaf", "odaaf-b", "odaaf-v", "ars-ucb", "ars-exp3", "clw"}
     assert set(POLICIES) == attributed | anonymous
     assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED

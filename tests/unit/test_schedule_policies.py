@@ -248,7 +248,7 @@ def test_qpm_d_plays_ucb1_on_resolved_pulls() -> None:
         effective=np.zeros((1, 3)), t=np.array([19.0]), pending=np.array([[2.0, 1.0, 3.0]]),
     )  # fmt: skip
     assert policy.choose(stats, rng()).arm.tolist() == [2]  # arm 2: nothing resolved yet
-    stats = ArmStats(stats.pulls, stats.conversions, stats.effective, stats.t, np.array([[2.0, 1.0, 1.0]]))
+    stats = ArmStats(stats.pulls, stats.conversions, stats.effective, stats.t, pending=np.array([[2.0, 1.0, 1.0]]))
     resolved = np.array([8.0, 4.0, 2.0])
     expected = np.array([4.0, 2.0, 0.0]) / resolved + np.sqrt(2 * math.log(14) / resolved)
     assert policy.index(stats)[0] == pytest.approx(expected)

@@ -47,7 +47,7 @@ class Reproduction:
     figure: str
     setting: str
     claim: str
-    runs: int  # the paper's number of runs
+    runs: int  # default runs: the paper's, or fewer where ``setting`` says so (to keep a reproduction near a minute)
     panels: Callable[[int], list[Panel]]  # runs → panels
     references: Mapping[str, Mapping[str, Reference]]  # panel → policy label → numbers
     reference_source: str
