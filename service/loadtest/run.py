@@ -57,14 +57,17 @@ def prepare_campaign(client: httpx.Client, campaign: str | None) -> str:
 
 
 def takes_aggregates(client: httpx.Client, campaign: str) -> tuple[bool, str]:
-    """Probe with one empty aggregate: the service says whether the campaign's policy takes them."""
+    """Probe with one empty aggregate: the service says whether the campaign's policy takes them (any other
+    refusal, e.g. ``before_decision`` for a campaign with no decision yet, still means it does)."""
     now = format_time(wall_clock())
     probe = {"type": "aggregate", "campaign": campaign, "start": now, "end": now, "value": 0.0}
     answer = client.post("/feedback", json={"events": [probe]})
     if answer.status_code != 200:
         raise LoadTestError(f"/feedback answered {answer.status_code}: {answer.text[:200]}")
     rejected = answer.json()["rejected"]
-    return (False, rejected[0]["detail"]) if rejected else (True, "")
+    if rejected and rejected[0]["reason"] == "wrong_feedback_kind":
+        return False, rejected[0]["detail"]
+    return True, ""
 
 
 @dataclass(frozen=True)

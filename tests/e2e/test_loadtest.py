@@ -45,3 +45,21 @@ def test_loadtest_refuses_a_bad_url_and_an_unknown_campaign(tmp_path) -> None:
     with running(env, tmp_path) as server:
         unknown = cli(env, tmp_path, "loadtest", "--url", server.url, "--campaign", "nope", check=False)
     assert unknown.returncode == 2 and "campaign 'nope'" in unknown.stderr and "404" in unknown.stderr
+
+
+def test_loadtest_sends_aggregates_to_a_planning_campaign(tmp_path) -> None:
+    """ARS-UCB learns from sums: the load test adds aggregates, and conversions count as aggregates too."""
+    env = service_env(tmp_path)
+    campaign = {"id": "sums", "arms": ["a", "b", "c"], "policy": {"name": "ars-ucb"}}
+    with running(env, tmp_path) as server, server.client() as http:
+        assert http.post("/campaigns", json=campaign).status_code == 201
+        out = tmp_path / "load.json"
+        args = ["--url", server.url, "--duration", "4", "--concurrency", "4", "--campaign", "sums", "--json", str(out)]
+        cli(env, tmp_path, "loadtest", *args)
+        report = orjson.loads(out.read_bytes())
+        state = http.get("/campaigns/sums/state").json()
+    counts = report["counts"]
+    assert report["errors"] == 0 and counts["aggregates_sent"] > 0 and not report["aggregates_skipped"]
+    assert state["decisions"] == counts["decisions"] and state["policy_state"]["plan_version"] > 3
+    assert counts["duplicates"] == counts["duplicates_sent"]
+    assert sum(arm["conversions"] for arm in state["arms"].values()) > 0
