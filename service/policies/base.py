@@ -94,6 +94,7 @@ class Policy(ABC):
     name: ClassVar[str]
     feedback: ClassVar[str] = "attributed"
     delay_corrected: ClassVar[bool] = False
+    needs_pending: ClassVar[bool] = False  # reads ArmStats.pending (pulls whose outcome is not resolved yet)
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, **params: Any) -> None:

@@ -173,6 +173,7 @@ class QpmD(Policy):
     """
 
     name: ClassVar[str] = "qpm-d"
+    needs_pending: ClassVar[bool] = True
 
     def effective_pulls(self, stats: ArmStats) -> np.ndarray:
         if stats.pending is None:

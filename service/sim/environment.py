@@ -5,7 +5,8 @@ Conventions (vernade2017.md §1.1, §1.5): the pull of round s yields a value X 
 Beta(2θ, 2(1−θ)) for ``bounded``) and a delay D ≥ 0 in rounds from the arm's delay model. A conversion
 with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
 D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
-rounds s + ⌈D⌉ + j, j < spread; a part later than the window (D + j > m) is lost.
+rounds s + ⌈D⌉ + j, j < spread (or the fraction w_j of X when ``spread`` lists the parts: a reward shape
+of Wang 2021 §5.1); a part later than the window (D + j > m) is lost.
 
 Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
 the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet
@@ -131,8 +132,12 @@ class Environment:
         longest = min(
             max(support_end(model) for model in scenario.delays), math.inf if self.window is None else self.window
         )
-        last_lag = scenario.horizon if math.isinf(longest) else math.ceil(longest) + scenario.spread - 1
+        parts = len(scenario.spread)
+        last_lag = scenario.horizon if math.isinf(longest) else math.ceil(longest) + parts - 1
         self._calendar = Calendar(self.runs, scenario.n_arms, min(scenario.horizon, last_lag))
+        self._part_lags = np.arange(parts)
+        self._part_fractions = np.array(scenario.spread)
+        self._equal_parts = all(part == 1.0 / parts for part in scenario.spread)  # X / n, as a single part is
         self.round = 1  # the round being played
         self._rewards = self._delays = np.empty((0, self.runs, 0))
 
@@ -164,10 +169,14 @@ class Environment:
         counted = (values > 0) & np.isfinite(delays) & (delays <= limit)
         lags = np.where(counted, np.ceil(np.where(counted, delays, 0.0)), -1).astype(np.int64)
         remaining = self.scenario.horizon - self.round  # later arrivals are never seen
-        spread = self.scenario.spread
-        for part in range(spread):
-            due = counted & (delays + part <= limit) & (lags + part <= remaining)
-            self._calendar.add(lags[due] + part, runs[due], arms[due], values[due] / spread)
+        part = self._part_lags
+        due = counted[:, None] & (delays[:, None] + part <= limit) & (lags[:, None] + part <= remaining)
+        hit_runs, hit_parts = np.nonzero(due)
+        if self._equal_parts:
+            amounts = values[hit_runs] / part.size
+        else:
+            amounts = values[hit_runs] * self._part_fractions[hit_parts]
+        self._calendar.add(lags[hit_runs] + hit_parts, runs[hit_runs], arms[hit_runs], amounts)
         return Pull(arms, values, delays, counted, lags)
 
     def end_round(self) -> np.ndarray:
