@@ -1,4 +1,5 @@
-"""How one policy plays a round of R runs: from per-arm statistics (a feed) or from its plan of segments."""
+"""How one policy plays the rounds of R runs: from per-arm statistics (a feed) round by round, or from its
+plan of segments in blocks of rounds during which no run changes arm."""
 
 from __future__ import annotations
 
@@ -7,45 +8,68 @@ from typing import Protocol
 import numpy as np
 
 from service.policies import Policy, SchedulePolicy
+from service.sim.accounting import Exposure, weighted_regret
 from service.sim.environment import Environment
 from service.sim.feeds import Feed
 from service.sim.segments import ScheduleDriver
 
 
 class Player(Protocol):
-    def play(self, n: int) -> np.ndarray:
-        """Play round ``n`` in every run; the arms pulled (R,)."""
+    def longest_block(self) -> int:
+        """How many rounds, from the current one, every run keeps its arm (1 for a policy deciding each round)."""
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        """Play the next ``rounds`` rounds (at most ``longest_block()``) in every run; the arms pulled (R,)."""
+
+    def weighted(self) -> np.ndarray:
+        """(R,) L(T), the τ-weighted regret Σ_s Δ_{A_s}·τ(min(T − s, m)), once the horizon has been played."""
 
 
 class FeedPlayer:
     """Index and sampling policies: ``choose`` on the feed's statistics, then the feed learns what arrived."""
 
-    def __init__(self, policy: Policy, env: Environment, feed: Feed, rng: np.random.Generator) -> None:
-        self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
+    def __init__(self, policy: Policy, env: Environment, feed: Feed, exposure: Exposure, rng: np.random.Generator):
+        self.policy, self.env, self.feed, self.exposure, self.rng = policy, env, feed, exposure, rng
         self._t = np.empty(env.runs)
         self._runs = np.arange(env.runs)
 
-    def play(self, n: int) -> np.ndarray:
-        self._t.fill(n)
+    def longest_block(self) -> int:
+        return 1
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        self._t.fill(self.env.round)
         arms = self.policy.choose(self.feed.stats(self._t), self.rng).arm
         pull = self.env.pull(arms)
         ledger = self.feed.ledger
         ledger.pulls[self._runs, arms] += 1.0
         self.feed.record(pull)
         ledger.conversions += self.env.observe(self.env.end_round())
+        self.exposure.push(arms)
         return arms
+
+    def weighted(self) -> np.ndarray:
+        return self.exposure.effective() @ self.env.gaps
 
 
 class SchedulePlayer:
-    """Planning policies: the scheduled arm, then the round's total arrivals (attributed ones summed: an
-    anonymous learner may always be given less than there is)."""
+    """Planning policies: the scheduled arms for as many rounds as no segment ends, then each round's total
+    arrivals (attributed ones summed: an anonymous learner may always be given less than there is)."""
 
     def __init__(self, policy: SchedulePolicy, env: Environment, rng: np.random.Generator) -> None:
         self.env = env
         self.driver = ScheduleDriver(policy, env.runs, rng)
+        self._blocks: list[tuple[int, int, np.ndarray]] = []  # (first round, rounds, arms): for L(T)
 
-    def play(self, n: int) -> np.ndarray:
+    def longest_block(self) -> int:
+        return min(self.driver.steady(), self.env.longest_block())
+
+    def play_block(self, rounds: int) -> np.ndarray:
         arms = self.driver.arms().copy()
-        self.env.pull(arms)
-        self.driver.observe(self.env.end_round().sum(axis=1))
+        self._blocks.append((self.env.round, rounds, arms))
+        self.env.pull_block(arms, rounds)
+        self.driver.observe_block(self.env.end_block(rounds).sum(axis=2))
         return arms
+
+    def weighted(self) -> np.ndarray:
+        scenario = self.env.scenario
+        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
