@@ -21,13 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from service.sim.reproductions.base import Check, Panel, Reproduction, Results, paired_difference, result_of
+from service.sim.reproductions.base import (
+    Check,
+    Panel,
+    Reference,
+    Reproduction,
+    Results,
+    paired_difference,
+    result_of,
+)
 from service.sim.reproductions.pikeburke2018 import uniform_steps
 from service.sim.scenario import scenario_from_mapping
 
 PAPER = "wang2021"
 MEANS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
-HORIZON = 20_000  # not stated in the paper; §7.3 simulated 10⁵
+HORIZON = 20_000  # not stated in the paper; §7.3 simulated 10⁵ (Fig. 2 uses it)
 RUNS = 10
 CHECKPOINTS = (2_500, 5_000, 10_000, 20_000)
 TAIL = 1e-6
@@ -51,8 +59,7 @@ def _panel(title: str, delay: dict[str, Any], policies: list[dict[str, Any]], ru
         "feedback": "anonymous",
         "policies": policies,
         "checkpoints": list(CHECKPOINTS),
-        **extra,
-    }
+    } | extra
     return Panel(title, scenario_from_mapping(data))
 
 
@@ -101,9 +108,14 @@ FIG2_DELAYS = {
 }
 
 
+FIG2_HORIZON = 100_000  # §7.3's re-simulation horizon, so its numbers are a reference
+FIG2_CHECKPOINTS = (12_500, 25_000, 50_000, 100_000)
+
+
 def _fig2_panels(runs: int) -> list[Panel]:
     odaaf = {"name": "odaaf", "label": "odaaf"}
-    return [_panel(title, delay, [*ars_ucb_policies(), odaaf], runs) for title, delay in FIG2_DELAYS.items()]
+    extra = {"horizon": FIG2_HORIZON, "checkpoints": list(FIG2_CHECKPOINTS)}
+    return [_panel(title, delay, [*ars_ucb_policies(), odaaf], runs, **extra) for title, delay in FIG2_DELAYS.items()]
 
 
 # --- Fig. 3: bounded composite shapes -------------------------------------------------------------------------
@@ -146,15 +158,16 @@ def _fig4_panels(runs: int) -> list[Panel]:
 
 
 def _logarithmic(results: Results, panel: str) -> Check:
-    """(1): logarithmic growth adds the same regret per doubling of t; linear growth doubles it."""
+    """(1), in the form the runs can decide: c·ln t gives R(T)/R(T/2) = ln T/ln(T/2) ≈ 1.07 at T = 20,000
+    plus the constant's share, a linear growth gives 2. (Increments over doubling intervals are too noisy
+    at k² round sizes: one late round of a bad arm lasts hundreds of slots.)"""
     result = result_of(results, panel, DEFAULT)
-    quarter, half, end = result.at([HORIZON // 4, HORIZON // 2, HORIZON]).mean(axis=1)
-    ratio = (end - half) / (half - quarter)
+    horizon = int(result.rounds[-1])
+    half, end = result.at([horizon // 2, horizon]).mean(axis=1)
     return Check(
-        f"{panel}: {DEFAULT} grows logarithmically: the regret added over [T/2, T] is at most 1.3 times that "
-        "over [T/4, T/2] (a linear growth gives 2)",
-        f"{end - half:.0f} / {half - quarter:.0f} = {ratio:.2f}",
-        bool(ratio <= 1.3),
+        f"{panel}: {DEFAULT} grows logarithmically, not linearly: R(T)/R(T/2) at most 1.3 (linear gives 2)",
+        f"{end:.0f} / {half:.0f} = {end / half:.2f}",
+        bool(end <= 1.3 * half),
     )
 
 
@@ -246,8 +259,13 @@ FIG2 = Reproduction(
     "f = k² is best or near-best.",
     runs=RUNS,
     panels=_fig2_panels,
-    references={},
-    reference_source="none: the figures have no numbers",
+    references={
+        "z ~ U{10..30}": {
+            DEFAULT: Reference((FIG2_HORIZON,), (1405.0,), 68 / math.sqrt(5)),
+            "ars-ucb α=4 k³": Reference((FIG2_HORIZON,), (1494.0,), 86 / math.sqrt(5)),
+        }
+    },
+    reference_source="wang2021.md §7.3: the spec's own re-simulation (5 seeds, mean ± sd), T = 100,000",
     checks=_stochastic_checks("odaaf"),
 )
 FIG3 = Reproduction(
