@@ -28,7 +28,7 @@ import numpy as np
 
 from service.delay_facts import support_end
 from service.policies import ArmStats, Policy
-from service.sim.accounting import Exposure
+from service.sim.accounting import Exposure, exposure_for
 from service.sim.environment import Calendar, Environment, Pull, Ring, one_hot
 from service.sim.scenario import Feed as FeedSpec
 
@@ -64,7 +64,7 @@ class Naive(Feed):
 
 
 class Delayed(Naive):
-    """Ñ from the run's exposure accounting, which the runner advances every round."""
+    """Ñ from the run's exact exposure accounting, advanced with every round's pulls."""
 
     def __init__(self, ledger: Ledger, exposure: Exposure) -> None:
         super().__init__(ledger)
@@ -72,6 +72,9 @@ class Delayed(Naive):
 
     def stats(self, t: np.ndarray) -> ArmStats:
         return ArmStats(self.ledger.pulls, self.ledger.conversions, self._exposure.effective(), t)
+
+    def record(self, pull: Pull) -> None:
+        self._exposure.push(pull.arms)
 
 
 class Discarding(Feed):
@@ -222,7 +225,7 @@ def default_feed(policy: Policy) -> str:
     return "delayed" if policy.delay_corrected else "naive"
 
 
-def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment, exposure: Exposure) -> Feed:
+def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment) -> Feed:
     """The feed a scenario entry asks for (validated by the scenario loader)."""
     kind = spec.kind or default_feed(policy)
     if kind == "resolution":
@@ -230,7 +233,8 @@ def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment, 
     if kind == "naive":
         return Naive(ledger)
     if kind == "delayed":
-        return Delayed(ledger, exposure)
+        scenario = env.scenario
+        return Delayed(ledger, exposure_for(scenario.delays, env.window, scenario.horizon, env.runs))
     if kind.startswith("discarding"):
         return Discarding(ledger, env, literal=kind == "discarding-literal")
     if env.window is not None:

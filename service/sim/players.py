@@ -8,7 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from service.policies import Policy, SchedulePolicy
-from service.sim.accounting import Exposure, weighted_regret
+from service.sim.accounting import weighted_regret
 from service.sim.environment import Environment
 from service.sim.feeds import Feed
 from service.sim.segments import ScheduleDriver
@@ -25,13 +25,29 @@ class Player(Protocol):
         """(R,) L(T), the τ-weighted regret Σ_s Δ_{A_s}·τ(min(T − s, m)), once the horizon has been played."""
 
 
+class History:
+    """The arms played, as (first round, rounds, arms (R,)) blocks: what L(T) is computed from at the end."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self._blocks: list[tuple[int, int, np.ndarray]] = []
+
+    def append(self, first: int, rounds: int, arms: np.ndarray) -> None:
+        self._blocks.append((first, rounds, arms))
+
+    def weighted(self) -> np.ndarray:
+        scenario = self.env.scenario
+        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
+
+
 class FeedPlayer:
     """Index and sampling policies: ``choose`` on the feed's statistics, then the feed learns what arrived."""
 
-    def __init__(self, policy: Policy, env: Environment, feed: Feed, exposure: Exposure, rng: np.random.Generator):
-        self.policy, self.env, self.feed, self.exposure, self.rng = policy, env, feed, exposure, rng
+    def __init__(self, policy: Policy, env: Environment, feed: Feed, rng: np.random.Generator) -> None:
+        self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
         self._t = np.empty(env.runs)
         self._runs = np.arange(env.runs)
+        self._blocks = History(env)
 
     def longest_block(self) -> int:
         return 1
@@ -43,12 +59,12 @@ class FeedPlayer:
         ledger = self.feed.ledger
         ledger.pulls[self._runs, arms] += 1.0
         self.feed.record(pull)
+        self._blocks.append(self.env.round, 1, arms)
         ledger.conversions += self.env.observe(self.env.end_round())
-        self.exposure.push(arms)
         return arms
 
     def weighted(self) -> np.ndarray:
-        return self.exposure.effective() @ self.env.gaps
+        return self._blocks.weighted()
 
 
 class SchedulePlayer:
@@ -58,18 +74,17 @@ class SchedulePlayer:
     def __init__(self, policy: SchedulePolicy, env: Environment, rng: np.random.Generator) -> None:
         self.env = env
         self.driver = ScheduleDriver(policy, env.runs, rng)
-        self._blocks: list[tuple[int, int, np.ndarray]] = []  # (first round, rounds, arms): for L(T)
+        self._blocks = History(env)
 
     def longest_block(self) -> int:
         return min(self.driver.steady(), self.env.longest_block())
 
     def play_block(self, rounds: int) -> np.ndarray:
         arms = self.driver.arms().copy()
-        self._blocks.append((self.env.round, rounds, arms))
+        self._blocks.append(self.env.round, rounds, arms)
         self.env.pull_block(arms, rounds)
         self.driver.observe_block(self.env.end_block(rounds).sum(axis=2))
         return arms
 
     def weighted(self) -> np.ndarray:
-        scenario = self.env.scenario
-        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
+        return self._blocks.weighted()

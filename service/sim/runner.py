@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from service.policies import Policy, SchedulePolicy
-from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, policy_generator
 from service.sim.feeds import Ledger, make_feed
 from service.sim.players import FeedPlayer, Player, SchedulePlayer
@@ -101,15 +100,13 @@ def run_policy(
     policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
     count = env.runs
-    exposure = exposure_for(scenario.delays, scenario.window, scenario.horizon, count)
     rng = policy_generator(scenario.seed)
     player: Player
     if isinstance(policy, SchedulePolicy):
         player = SchedulePlayer(policy, env, rng)
     else:
         ledger = Ledger(count, scenario.n_arms)
-        feed = make_feed(spec.feed, policy, ledger, env, exposure)
-        player = FeedPlayer(policy, env, feed, exposure, rng)
+        player = FeedPlayer(policy, env, make_feed(spec.feed, policy, ledger, env), rng)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
     regret = np.zeros(count)
