@@ -48,11 +48,12 @@ class Reproduction:
     figure: str
     setting: str
     claim: str
-    runs: int  # the paper's number of runs
+    runs: int  # the default number of runs (the paper's where it states one and it runs in minutes)
     panels: Callable[[int], list[Panel]]  # runs → panels
     references: Mapping[str, Mapping[str, Reference]]  # panel → policy label → numbers
     reference_source: str
     checks: Callable[[Results], list[Check]]
+    ratio_to: str | None = None  # plot every policy's mean regret over this one's (the paper's ratio curves)
 
 
 def result_of(results: Results, panel: str, label: str) -> PolicyResult:

@@ -179,6 +179,7 @@ FIG3A = Reproduction(
     references={panel: {"odaaf": _reference(ODAAF_N4[MEAN_DELAY])} for panel in BOUNDED},
     reference_source=SOURCE,
     checks=_fig3a_checks,
+    ratio_to="qpm-d",
 )
 FIG3B = Reproduction(
     name="pikeburke2018-fig3b",
@@ -192,6 +193,7 @@ FIG3B = Reproduction(
     references={panel: {"odaaf": _reference(ODAAF_N4[MEAN_DELAY])} for panel in UNBOUNDED},
     reference_source=SOURCE,
     checks=_fig3b_checks,
+    ratio_to="qpm-d",
 )
 APPF = Reproduction(
     name="pikeburke2018-appf",
@@ -204,6 +206,7 @@ APPF = Reproduction(
     references={_appf_title(mean): {"odaaf": _reference(ODAAF_N4[mean])} for mean in APPF_MEANS},
     reference_source=SOURCE.replace("0.1·⌈n_4⌉", "0.1·⌈n_4⌉ for each E"),
     checks=_appf_checks,
+    ratio_to="qpm-d",
 )
 
 REPRODUCTIONS = (FIG3A, FIG3B, APPF)
