@@ -219,6 +219,9 @@ class Environment:
         limit = np.inf if self.window is None else self.window
         counted = (values > 0) & np.isfinite(delays) & (delays <= limit)
         lags = np.where(counted, np.ceil(np.where(counted, delays, 0.0)), -1).astype(np.int64)
+        if rounds > 1 and self._part_lags.size > 1 and self.window is None:
+            self._schedule_shapes(arms, values, counted, lags)
+            return values, delays, counted, lags
         step = np.arange(rounds)[:, None, None]
         remaining = self.scenario.horizon - self.round - step  # later arrivals are never seen
         part = self._part_lags
@@ -231,6 +234,20 @@ class Environment:
         due_in = hit_rows + lags[hit_rows, hit_runs] + hit_parts
         self._calendar.add(due_in, runs[hit_runs], arms[hit_runs], amounts, distinct=rounds == 1)
         return values, delays, counted, lags
+
+    def _schedule_shapes(self, arms: np.ndarray, values: np.ndarray, counted: np.ndarray, lags: np.ndarray) -> None:
+        """A block of composite rewards without a window: per run, the totals landing at each round after
+        the block's start, convolved with the shape (C speed; scheduling every part of every pull costs
+        rounds·parts array elements). Parts due after the horizon are scheduled too: never observed."""
+        parts = self._part_lags.size
+        shape = np.full(parts, 1.0 / parts) if self._equal_parts else self._part_fractions
+        for run in range(self.runs):
+            hit = np.flatnonzero(counted[:, run])
+            if hit.size:
+                landed = np.bincount(hit + lags[hit, run], values[hit, run])
+                paid = np.convolve(landed, shape)
+                due = np.flatnonzero(paid)
+                self._calendar.add(due, np.full(due.size, run), np.full(due.size, arms[run]), paid[due], distinct=True)
 
     def observe(self, arrivals: np.ndarray) -> np.ndarray:
         """What the learner sees: per-arm arrivals (attributed), or only their per-run sum (R,)."""
