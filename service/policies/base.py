@@ -128,6 +128,7 @@ class Policy(ABC):
     feedback: ClassVar[str] = "attributed"
     delay_corrected: ClassVar[bool] = False
     reports_probabilities: ClassVar[bool] = False  # its Choice carries every arm's probability
+    needs_pending: ClassVar[bool] = False  # reads ArmStats.pending (pulls whose outcome is not resolved yet)
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, **params: Any) -> None:

@@ -163,9 +163,12 @@ class OdaafV(Odaaf):
 class QpmD(Policy):
     """QPM-D of Joulani, György & Szepesvári (2013) with UCB1 as the base, the attributed baseline of
     Pike-Burke 2018 (§3). The base only learns a pull's reward once it is resolved, and while its
-    recommended arm's reward is outstanding it keeps recommending it, so QPM-D plays the argmax of UCB1
-    over the *resolved* pulls: S/R + sqrt(2·ln t_b / R), R = pulls − pending, t_b = Σ R (the number of
-    rewards fed to the base). An arm with nothing resolved is the base's first try: the lowest index.
+    recommended arm's reward is outstanding it keeps recommending it. We play the argmax of UCB1 over
+    *all* resolved pulls: S/R + sqrt(2·ln t_b / R), R = pulls − pending, t_b = Σ R. The original feeds an
+    arm's queued rewards only when the base asks for that arm, so its counts can lag R for the other arms:
+    not the same algorithm, but the same regret within noise (58.4 ± 1.8 against 60.7 ± 1.6 over 60 runs,
+    tests/integration/test_reproduce_anonymous.py). An arm with nothing resolved is the base's first try:
+    the lowest index.
 
     A pull is resolved when its conversion arrives or, in the censored model, when its window ends
     (a non-conversion never reports; the paper's model, where every reward reports after its delay, is
@@ -173,6 +176,7 @@ class QpmD(Policy):
     """
 
     name: ClassVar[str] = "qpm-d"
+    needs_pending: ClassVar[bool] = True
 
     def effective_pulls(self, stats: ArmStats) -> np.ndarray:
         if stats.pending is None:

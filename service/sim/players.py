@@ -1,4 +1,5 @@
-"""How one policy plays a round of R runs: from per-arm statistics (a feed) or from its plan of segments."""
+"""How one policy plays the rounds of R runs: from per-arm statistics (a feed) round by round, or from its
+plan of segments in blocks of rounds during which no run changes arm."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from service.policies import Choice, Policy, SchedulePolicy
 from service.policies.floor import with_floor
+from service.sim.accounting import weighted_regret
 from service.sim.environment import Environment, Pull
 from service.sim.feeds import Feed
 from service.sim.segments import ScheduleDriver
@@ -17,8 +19,29 @@ Observer = Callable[[int, Choice, Pull], None]  # (round, the choice, the pull) 
 
 
 class Player(Protocol):
-    def play(self, n: int) -> np.ndarray:
-        """Play round ``n`` in every run; the arms pulled (R,)."""
+    def longest_block(self) -> int:
+        """How many rounds, from the current one, every run keeps its arm (1 for a policy deciding each round)."""
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        """Play the next ``rounds`` rounds (at most ``longest_block()``) in every run; the arms pulled (R,)."""
+
+    def weighted(self) -> np.ndarray:
+        """(R,) L(T), the τ-weighted regret Σ_s Δ_{A_s}·τ(min(T − s, m)), once the horizon has been played."""
+
+
+class History:
+    """The arms played, as (first round, rounds, arms (R,)) blocks: what L(T) is computed from at the end."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self._blocks: list[tuple[int, int, np.ndarray]] = []
+
+    def append(self, first: int, rounds: int, arms: np.ndarray) -> None:
+        self._blocks.append((first, rounds, arms))
+
+    def weighted(self) -> np.ndarray:
+        scenario = self.env.scenario
+        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
 
 
 class FeedPlayer:
@@ -37,8 +60,13 @@ class FeedPlayer:
         self.floor, self.observe = floor, observe
         self._t = np.empty(env.runs)
         self._runs = np.arange(env.runs)
+        self._blocks = History(env)
 
-    def play(self, n: int) -> np.ndarray:
+    def longest_block(self) -> int:
+        return 1
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        n = self.env.round
         self._t.fill(n)
         choice = with_floor(self.policy.choose(self.feed.stats(self._t), self.rng), self.floor, self.rng)
         arms = choice.arm
@@ -48,24 +76,38 @@ class FeedPlayer:
         ledger = self.feed.ledger
         ledger.pulls[self._runs, arms] += 1.0
         self.feed.record(pull)
+        self._blocks.append(self.env.round, 1, arms)
         ledger.conversions += self.env.observe(self.env.end_round())
         return arms
 
+    def weighted(self) -> np.ndarray:
+        return self._blocks.weighted()
+
 
 class SchedulePlayer:
-    """Planning policies: the scheduled arm, then the round's total arrivals (attributed ones summed: an
-    anonymous learner may always be given less than there is)."""
+    """Planning policies: the scheduled arms for as many rounds as no segment ends, then each round's total
+    arrivals (attributed ones summed: an anonymous learner may always be given less than there is)."""
 
     def __init__(
         self, policy: SchedulePolicy, env: Environment, rng: np.random.Generator, observe: Observer | None = None
     ) -> None:
         self.env, self.observe = env, observe
         self.driver = ScheduleDriver(policy, env.runs, rng)
+        self._blocks = History(env)
 
-    def play(self, n: int) -> np.ndarray:
+    def longest_block(self) -> int:
+        return 1 if self.observe is not None else min(self.driver.steady(), self.env.longest_block())
+
+    def play_block(self, rounds: int) -> np.ndarray:
         arms = self.driver.arms().copy()
-        pull = self.env.pull(arms)
-        if self.observe is not None:
-            self.observe(n, Choice(arms, self.driver.propensities()), pull)
-        self.driver.observe(self.env.end_round().sum(axis=1))
+        self._blocks.append(self.env.round, rounds, arms)
+        if self.observe is not None:  # an event log wants every round's pull: one round at a time
+            self.observe(self.env.round, Choice(arms, self.driver.propensities()), self.env.pull(arms))
+            self.driver.observe(self.env.end_round().sum(axis=1))
+            return arms
+        self.env.pull_block(arms, rounds)
+        self.driver.observe_block(self.env.end_block(rounds).sum(axis=2))
         return arms
+
+    def weighted(self) -> np.ndarray:
+        return self._blocks.weighted()

@@ -1,7 +1,9 @@
 """The vectorised runner: each policy of a scenario plays R independent runs at once, on the same world.
 
 Per round there is one ``policy.choose`` call on (R, K) statistics and a fixed number of array operations:
-no Python loop over runs. Policies run one after the other, each on a fresh Environment with the same
+no Python loop over runs. Policies that play planned segments are played in blocks of rounds during which
+no run changes arm (one set of array operations per block); the regret is still added round by round.
+Policies run one after the other, each on a fresh Environment with the same
 seed, so they meet the same rewards and delays (common random numbers) and each gets its own timing.
 Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s} of CONTRACT.md; the τ-weighted L(T) of vernade2017.md §1.4
 (the expected conversions missed by T, Σ_s Δ_{A_s}·τ(min(T − s, m)) = Σ_k Δ_k·Ñ_k(T + 1)) is kept too.
@@ -17,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from service.policies import Policy, SchedulePolicy
-from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, policy_generator
 from service.sim.feeds import Ledger
 from service.sim.patient import make_feed
@@ -106,29 +107,29 @@ def run_policy(
     policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
     count = env.runs
-    exposure = exposure_for(scenario.delays, scenario.window, scenario.horizon, count)
     rng = policy_generator(scenario.seed)
     player: Player
     if isinstance(policy, SchedulePolicy):
         player = SchedulePlayer(policy, env, rng, observe)
     else:
-        feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env, exposure)
+        feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env)
         player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
     regret = np.zeros(count)
-    point, reported, started = 0, 0, time.perf_counter()
-    for n in range(1, scenario.horizon + 1):
-        arms = player.play(n)
-        exposure.push(arms)
-        regret += env.gaps[arms]
-        if n == grid[point]:
+    point, reported, started, n = 0, 0, time.perf_counter(), 1
+    while n <= scenario.horizon:
+        rounds = min(player.longest_block(), grid[point] - n + 1)
+        arms = player.play_block(rounds)
+        regret = np.cumsum(np.vstack([regret[None, :], np.tile(env.gaps[arms], (rounds, 1))]), axis=0)[-1]
+        n += rounds
+        if n - 1 == grid[point]:
             curve[point] = regret
             point += 1
-        if progress is not None and (n % PROGRESS_EVERY == 0 or n == scenario.horizon):
-            progress(n - reported)
-            reported = n
-    weighted = exposure.effective() @ env.gaps
+        if progress is not None and (n - 1 - reported >= PROGRESS_EVERY or n > scenario.horizon):
+            progress(n - 1 - reported)
+            reported = n - 1
+    weighted = player.weighted()
     return PolicyResult(spec.label, grid, curve, weighted, time.perf_counter() - started)
 
 

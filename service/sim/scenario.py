@@ -25,12 +25,14 @@ from service.policies.floor import check_floor
 
 REWARDS = ("bernoulli", "bounded")
 FEEDBACKS = ("attributed", "anonymous", "composite")
-# What a policy is shown (service/sim/feeds.py). None in a spec means the policy's own: "delayed" for a
-# delay-corrected policy, "naive" otherwise.
-FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin")
+# What a policy is shown (service/sim/feeds.py). None in a spec means the policy's own: "resolution" for a
+# policy that reads pending pulls (qpm-d), "delayed" for a delay-corrected policy, "naive" otherwise.
+FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin", "resolution")
 KEYS = {"horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints"}
 POLICY_KEYS = {"name", "params", "label", "feed", "exploration_floor"}
 MAX_LABEL = 64
+MAX_SPREAD = 10_000  # parts of a composite reward (each round's pulls schedule all of them)
+SPREAD_SUM_TOLERANCE = 1e-6
 
 
 class ScenarioError(ValueError):
@@ -123,7 +125,7 @@ class Scenario:
     shared_delay: bool
     window: int | None
     feedback: str
-    spread: int
+    spread: tuple[float, ...]  # the fraction of a composite reward paid in each of its consecutive rounds
     policies: tuple[PolicySpec, ...]
     checkpoints: tuple[int, ...]
 
@@ -151,7 +153,8 @@ class Scenario:
             "checkpoints": list(self.checkpoints),
         }
         if self.feedback == "composite":
-            out["spread"] = self.spread
+            equal = all(part == 1.0 / len(self.spread) for part in self.spread)
+            out["spread"] = len(self.spread) if equal else list(self.spread)
         return out
 
 
@@ -189,11 +192,18 @@ def _feed(value: object, where: str) -> Feed:
     return Feed(kind, float(gamma))
 
 
-def _check_feed(feed: Feed, delay_corrected: bool, scenario: Mapping[str, Any], where: str) -> None:
+def _check_feed(feed: Feed, policy: Policy, scenario: Mapping[str, Any], where: str) -> None:
     """Refuse feeds that would silently change nothing or have no meaning in this scenario."""
+    if policy.needs_pending or feed.kind == "resolution":
+        if feed.kind not in (None, "resolution") or not policy.needs_pending:
+            raise ScenarioError(
+                f"{where}: feed 'resolution' (pending pulls) is the feed of qpm-d, and qpm-d needs it; "
+                f"got feed {feed.kind!r} for policy {policy.name!r}"
+            )
+        return
     if feed.kind in (None, "naive"):
         return
-    if not delay_corrected:
+    if not policy.delay_corrected:
         raise ScenarioError(
             f"{where}: feed {feed.kind!r} changes the count a delay-corrected policy divides by; this policy is "
             "delay-naive (it divides by raw pulls), so use delayed-ucb or delayed-klucb"
@@ -239,7 +249,7 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
         if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL:
             raise ScenarioError(f"{where}.label must be a string of 1 to {MAX_LABEL} characters")
         feed = _feed(data.get("feed"), f"{where}.feed")
-        _check_feed(feed, policy.delay_corrected, scenario, where)
+        _check_feed(feed, policy, scenario, where)
         floor = _probability(data.get("exploration_floor", 0.0), f"{where}.exploration_floor")
         try:
             check_floor(policy, floor)
@@ -251,6 +261,25 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
     if repeated:
         raise ScenarioError(f"policies: label {repeated[0]!r} is used twice; give each entry its own 'label'")
     return tuple(specs)
+
+
+def _spread(value: object) -> tuple[float, ...]:
+    """An integer n (equal parts over n rounds) or the list of the parts' fractions, summing to 1 (a shape
+    of Wang 2021 §5.1, e.g. linearly decreasing; an infinite shape is given truncated)."""
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        count = _integer(value, "spread", 1)
+        return (1.0 / count,) * count
+    parts = _list(value, "spread")
+    if len(parts) > MAX_SPREAD:
+        raise ScenarioError(f"spread lists at most {MAX_SPREAD} parts (got {len(parts)})")
+    fractions = []
+    for i, part in enumerate(parts):
+        if isinstance(part, bool) or not isinstance(part, numbers.Real) or not 0.0 <= float(part) <= 1.0:
+            raise ScenarioError(f"spread[{i}] must be a number in [0, 1] (got {_show(part)})")
+        fractions.append(float(part))
+    if abs(sum(fractions) - 1.0) > SPREAD_SUM_TOLERANCE:
+        raise ScenarioError(f"spread: the parts' fractions must sum to 1 (got {sum(fractions):.6g})")
+    return tuple(fractions)
 
 
 def _checkpoints(value: object, horizon: int) -> tuple[int, ...]:
@@ -277,7 +306,7 @@ def scenario_from_mapping(data: object) -> Scenario:
     feedback = _choice(data.get("feedback", "attributed"), "feedback", FEEDBACKS)
     if "spread" in data and feedback != "composite":
         raise ScenarioError("spread is only used with feedback 'composite'")
-    spread = _integer(data.get("spread"), "spread", 1) if feedback == "composite" else 1
+    spread = _spread(data.get("spread")) if feedback == "composite" else (1.0,)
     context = {"arms": arms, "window": window, "shared_delay": shared, "delays": delays, "horizon": horizon}
     return Scenario(
         horizon=horizon,

@@ -1,7 +1,9 @@
 """Playing the policies that plan segments (service/policies/schedule.py) in R simulated runs at once.
 
-Per round the driver gives every run's arm and adds the round's anonymous observation (the sum of what
-arrived) to the run's current segment: array operations only. When a run's segment has been played it is
+The driver gives every run's arm and adds each round's anonymous observation (the sum of what arrived) to
+the run's current segment, round by round in order (so sums are the same whether rounds come one at a time
+or in blocks): array operations only. ``steady()`` says how many rounds every run keeps its arm, so the
+runner can play that many rounds as one block. When a run's segment has been played it is
 complete at once (the simulator sees every round's observation at its end, as the papers assume); when the
 run's plan is exhausted, the policy plans again for that run with the segments played since its last plan.
 So Python-level work happens at segment ends only.
@@ -43,11 +45,21 @@ class ScheduleDriver:
         """(R,) the probability each run's policy had of playing its current segment's arm."""
         return np.array([segment.propensity for segment in self.current])
 
+    def steady(self) -> int:
+        """Rounds before the first run's segment ends (the horizon bounds it when every run holds for good)."""
+        playing = self.left[self.left > 0]
+        return int(playing.min()) if playing.size else np.iinfo(np.int64).max
+
     def observe(self, rewards: np.ndarray) -> None:
         """The round was played and ``rewards`` (R,) observed during it."""
-        self.reward += rewards
-        self.played += 1
-        self.left -= self.left > 0
+        self.observe_block(rewards[None, :])
+
+    def observe_block(self, rewards: np.ndarray) -> None:
+        """``rewards`` (rounds, R) observed in consecutive rounds, no more than ``steady()`` of them."""
+        rounds = rewards.shape[0]
+        self.reward = np.cumsum(np.vstack([self.reward[None, :], rewards]), axis=0)[-1]  # round by round
+        self.played += rounds
+        self.left -= rounds * (self.left > 0)
         for run in np.flatnonzero(self.left == 0).tolist():
             self.done[run].append(Observed(self.current[run], int(self.played[run]), float(self.reward[run])))
             self._next_segment(run)

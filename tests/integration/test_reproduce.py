@@ -98,7 +98,7 @@ def test_bad_scenarios_exit_2_with_a_message(tmp_path: Path) -> None:
     messages = [
         "cannot read it",
         "arms[1] must be a number in [0, 1]",
-        "only sums are observed. Use a policy for anonymous feedback",
+        "learns from attributed conversions, but this scenario's feedback is 'anonymous'",
     ]
     for (name, data), message in zip(cases.items(), messages, strict=True):
         path = tmp_path / name if data is None else write(tmp_path, data, name)

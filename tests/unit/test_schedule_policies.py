@@ -253,3 +253,20 @@ def test_qpm_d_plays_ucb1_on_resolved_pulls() -> None:
     expected = np.array([4.0, 2.0, 0.0]) / resolved + np.sqrt(2 * math.log(14) / resolved)
     assert policy.index(stats)[0] == pytest.approx(expected)
     assert policy.choose(stats, rng()).arm.tolist() == [int(np.argmax(expected))]
+
+
+@pytest.mark.parametrize(("name", "params", "regret"), [("odaaf", {}, 2157.4), ("odaaf-b", {"max_delay": 20}, 1591.2)])
+def test_noise_free_regret_of_the_reference_setting(name: str, params: dict, regret: float) -> None:
+    """pikeburke2018.md §5/§7.10: K = 2, means 0.5 / 0.6, T = 250,000, E[τ] = 10. With exact means the 0.5
+    arm is eliminated at the end of phase 4 (2^−4 < 0.1), so the regret is 0.1 × its plays: 0.1·N_4 =
+    2157.4 for ODAAF; ODAAF-B's bridges play the leader, so 0.1·N_4^B = 1591.2 (the spec's sim.py)."""
+    horizon = 250_000
+    policy = make_policy(name, {"mean_delay": 10, "horizon": horizon, **params}, 2)
+    plan, bad_plays, played = policy.plan(None, [], [], rng()), 0, 0
+    while plan.next != Next.NEVER:
+        observed = play_all(plan, [0.5, 0.6])
+        bad_plays += sum(item.slots for item in observed if item.segment.arm == 0)
+        played += sum(item.slots for item in observed)
+        plan = policy.plan(plan.state, observed, [], rng())
+    assert plan.state["active"] == [1] and plan.state["m"] == 5 and played < horizon
+    assert 0.1 * bad_plays == pytest.approx(regret, abs=1e-9)
