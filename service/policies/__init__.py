@@ -8,11 +8,18 @@ from typing import Any
 from service.policies.base import ArmStats, Choice, Policy, Setting
 from service.policies.baselines import KLUCB, UCB1, DelayedThompson, Fixed, Thompson, Uniform
 from service.policies.guha import GuhaBayes
+from service.policies.manegueu import AdaptPatientBandits, PatientBandits
+from service.policies.pikeburke import Odaaf, OdaafB, OdaafV, QpmD
+from service.policies.schedule import SchedulePolicy
 from service.policies.vernade import DelayedKLUCB, DelayedUCB
+from service.policies.wang import ArsExp3, ArsUcb, Clw
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, DelayedThompson, GuhaBayes)
+    for cls in (
+        *(Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, PatientBandits, AdaptPatientBandits),
+        *(DelayedThompson, GuhaBayes, Odaaf, OdaafB, OdaafV, QpmD, ArsUcb, ArsExp3, Clw),
+    )
 }
 
 
@@ -26,4 +33,4 @@ def make_policy(name: str, params: Mapping[str, Any], n_arms: int, setting: Sett
     return cls(n_arms, setting, **params)
 
 
-__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "Setting", "make_policy"]
+__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "Setting", "make_policy"]
