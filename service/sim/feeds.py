@@ -206,7 +206,7 @@ class Resolution(Naive):
 
     def stats(self, t: np.ndarray) -> ArmStats:
         ledger = self.ledger
-        return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, ledger.pulls - self._resolved)
+        return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, pending=ledger.pulls - self._resolved)
 
     def record(self, pull: Pull) -> None:
         """Schedule this round's resolutions (never, for an infinite delay without a window), then take

@@ -19,7 +19,7 @@ from service.delay_tail import BUCKETS, bucket_of, upper_edges
 from service.policies import ArmStats, Policy
 from service.policies.manegueu import AdaptPatientBandits, PatientBandits
 from service.sim import feeds
-from service.sim.accounting import BlockConvolution, Exposure
+from service.sim.accounting import BlockConvolution
 from service.sim.environment import Calendar, Environment, Pull, one_hot
 from service.sim.feeds import Feed, Ledger
 from service.sim.scenario import Feed as FeedSpec
@@ -155,8 +155,8 @@ def _stats(
     return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, weight, counts, band, exposure)
 
 
-def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment, exposure: Exposure) -> Feed:
+def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment) -> Feed:
     """The Manegueu 2020 policies' own feed, or the feed of feeds.py the scenario asks for."""
     if spec.kind is None and isinstance(policy, PatientBandits):
         return Patient(ledger, env, policy)
-    return feeds.make_feed(spec, policy, ledger, env, exposure)
+    return feeds.make_feed(spec, policy, ledger, env)
