@@ -71,7 +71,9 @@ class Runtime:
     def build(cls, settings: Settings) -> Runtime:
         audit = AuditLog(settings.sqlalchemy_url)
         store: StateStore = (
-            RedisStore(settings.redis_url, settings.redis_prefix) if settings.redis_url else MemoryStore(wall_clock)
+            RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
+            if settings.redis_url
+            else MemoryStore(wall_clock)
         )
         writer = AuditWriter(store, audit, settings.audit_batch)
         options = EngineOptions(
