@@ -31,6 +31,8 @@ from service.tokens import TokenSigner
 
 log = logging.getLogger("latebandit")
 
+BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
+
 
 def load_secret(settings: Settings) -> str:
     """LATEBANDIT_SECRET, or one generated once and kept beside the SQLite file, so decision ids stay
@@ -128,7 +130,7 @@ class Runtime:
                 metrics.AUDIT_BACKLOG.set(await self.store.audit_backlog())
                 metrics.AUDIT_LAG.set(self.writer.lag())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), timeout=5.0)
+                await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
 
     async def close(self) -> None:
         self.stop.set()

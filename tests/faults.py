@@ -222,3 +222,19 @@ def children(pid: int) -> list[int]:
                 if int(fields[1]) == pid:
                     found.append(int(entry))
     return sorted(found)
+
+
+def serving_process(pids: list[int], server_port: int, client_port: int) -> int:
+    """Which of ``pids`` holds the server end of the TCP connection from ``client_port`` (from /proc)."""
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(address.split(":")[1], 16) for address in fields[1:3])
+        if (local, remote) == (server_port, client_port):
+            inode = fields[9]
+    link = f"socket:[{inode}]"
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == link for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return pid
+    raise AssertionError(f"no process serves the connection from port {client_port}")
