@@ -7,8 +7,8 @@ database; this process sends `--rate` decisions per second (paced, not as fast a
 connections and a conversion batch for about half of them. Every `--every` seconds it samples the workers'
 resident memory, Redis's memory, the p50/p99 latency of /choose in the interval, and the audit backlog and
 lag from /metrics. The window (120 s) and the dedup retention (60 s) are short so that every structure
-that is bounded by them reaches its steady size within the first minutes. At the end it compares the last fifth of the run with
-the second fifth (after warm-up).
+that is bounded by them reaches its steady size within the first minutes.
+At the end it compares the last fifth of the run with the second fifth (after warm-up).
 """
 
 from __future__ import annotations
