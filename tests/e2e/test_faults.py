@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from http import client as http_client
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from service.feedback import MAX_EVENTS
 from service.store.keys import Keys
 from tests.e2e.server import Server, cli, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN
-from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, now_iso, wait_for_audit
+from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, until, wait_for_audit
 from tests.faults import children, redis_server, serving_process, tcp_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
@@ -35,24 +34,6 @@ SPAWN = multiprocessing.get_context("spawn")
 def create_campaigns(http: httpx.Client) -> None:
     for name in NAMES:
         assert http.post("/campaigns", json={**CAMPAIGN, "id": name}).status_code == 201
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.1)
-
-
-def decisions(http: httpx.Client) -> int:
-    return sum(http.get(f"/campaigns/{name}/state").json()["decisions"] for name in NAMES)
-
-
-def more_traffic(http: httpx.Client, count: int = 100) -> None:
-    """Wait until the clients (slow to start on a loaded machine) have made ``count`` more decisions."""
-    start = decisions(http)
-    until(lambda: decisions(http) >= start + count, f"{count} more decisions", timeout=120)
 
 
 def workers(server: Server) -> list[int]:
@@ -116,12 +97,12 @@ def test_worker_killed_mid_stream(tmp_path, redis_url, redis_prefix, postgres_ur
         killed = [kill_mid_batch(server, http, redis_url, redis_prefix, postgres_url)]
         until(lambda: len(set(workers(server)) - set(killed)) == 2, "uvicorn replacing the killed worker")
         for _ in range(2):
-            more_traffic(http)
+            more_traffic(http, NAMES)
             victim = min(set(workers(server)) - set(killed))
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
             until(lambda: len(set(workers(server)) - set(killed)) == 2, "uvicorn replacing the killed worker")
-        more_traffic(http)
+        more_traffic(http, NAMES)
         gate.finish.set()
         ledger = fleet.join()
         assert sum(ledger.retries.values()) > 0, "no request was interrupted by the kills"
@@ -147,7 +128,7 @@ def test_redis_lost_during_traffic(tmp_path, postgres_url, persist) -> None:
             gate = Gate.make(SPAWN)
             plan = Plan(server.url, NAMES, decisions=100_000, batch=10)
             fleet = Fleet.start(plan, clients=3, gate=gate, context=SPAWN)
-            more_traffic(http)
+            more_traffic(http, NAMES)
             if not persist:
                 gate.close_and_wait(3)
                 wait_for_audit(redis_node.url, "lb", NAMES)
@@ -166,7 +147,7 @@ def test_redis_lost_during_traffic(tmp_path, postgres_url, persist) -> None:
                 time.sleep(1.0)
                 cli(env, tmp_path, "rebuild")
             until(lambda: http.post("/feedback", json={"events": [event]}).status_code == 200, "feedback accepted")
-            more_traffic(http)
+            more_traffic(http, NAMES)
             gate.finish.set()
             ledger = fleet.join()
             ledger.decisions[probe["decision_id"]] = (NAMES[0], probe["arm"], False)
@@ -187,7 +168,7 @@ def test_postgres_down_during_traffic(tmp_path, redis_url, redis_prefix, postgre
             create_campaigns(http)
             gate = Gate.make(SPAWN)
             fleet = Fleet.start(Plan(server.url, NAMES, decisions=100_000), clients=3, gate=gate, context=SPAWN)
-            more_traffic(http)
+            more_traffic(http, NAMES)
             proxy.cut()
             until(lambda: gauge(http, "latebandit_audit_backlog") > 0, "the backlog showing in /metrics")
             first = gauge(http, "latebandit_audit_backlog")
@@ -195,7 +176,7 @@ def test_postgres_down_during_traffic(tmp_path, redis_url, redis_prefix, postgre
             assert http.get("/readyz").status_code == 503
             assert gauge(http, "latebandit_audit_lag_seconds") > 0
             proxy.restore()
-            more_traffic(http)
+            more_traffic(http, NAMES)
             gate.finish.set()
             ledger = fleet.join()
             assert not ledger.retries and not ledger.fallbacks, ledger.retries  # nobody noticed

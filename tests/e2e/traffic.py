@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +71,7 @@ class Plan:
     batch: int = 10  # conversions per /feedback request
     convert: float = 0.5
     connections: int = 1  # threads per client process, each with its own connection
+    repeat: float = 0.0  # probability of sending a request again although it was answered (a lost answer)
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -161,6 +163,9 @@ def _drive(plan: Plan, seed: int, ledger: Ledger, gate: Gate | None) -> None:
             answer = _until_answered(http, "/feedback", {"events": pending}, ledger, gate)
             assert not answer["rejected"], answer
             assert answer["accepted"] + answer["duplicates"] == len(pending), answer
+            if rng.random() < plan.repeat:
+                again = _until_answered(http, "/feedback", {"events": pending}, ledger, gate)
+                assert again["duplicates"] == len(pending), again
             ledger.converted.update(event["decision_id"] for event in pending)
             pending.clear()
 
@@ -170,6 +175,8 @@ def _drive(plan: Plan, seed: int, ledger: Ledger, gate: Gate | None) -> None:
             campaign = rng.choice(plan.campaigns)
             body = {"campaign": campaign, "request_id": f"r{seed}-{i}"}
             decision = _until_answered(http, "/choose", body, ledger, gate)
+            if rng.random() < plan.repeat:
+                assert _until_answered(http, "/choose", body, ledger, gate) == decision
             ledger.fallbacks += decision["fallback"]
             ledger.decisions[decision["decision_id"]] = (campaign, decision["arm"], decision["fallback"])
             if rng.random() < plan.convert:
@@ -207,6 +214,24 @@ class Fleet:
         for process in self.processes:
             process.join(timeout=30)
         return total
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.1)
+
+
+def decisions(http: httpx.Client, campaigns: list[str]) -> int:
+    return sum(http.get(f"/campaigns/{name}/state").json()["decisions"] for name in campaigns)
+
+
+def more_traffic(http: httpx.Client, campaigns: list[str], count: int = 100) -> None:
+    """Wait until the clients (slow to start on a loaded machine) have made ``count`` more decisions."""
+    start = decisions(http, campaigns)
+    until(lambda: decisions(http, campaigns) >= start + count, f"{count} more decisions", timeout=120)
 
 
 def wait_for_audit(
