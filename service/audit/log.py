@@ -145,6 +145,14 @@ class AuditLog:
             query = select(CampaignEvent.campaign).where(CampaignEvent.campaign == campaign).limit(1)
             return connection.scalar(query) is not None
 
+    def created(self, campaign: str) -> dict[str, Any] | None:
+        """The configuration a campaign was created with (ids are never reused, so there is one)."""
+        with self.engine.connect() as connection:
+            query = select(CampaignEvent.config).where(
+                CampaignEvent.campaign == campaign, CampaignEvent.action == "create"
+            )
+            return connection.scalar(query.limit(1))
+
     def records(self, campaign: str | None, since_us: int | None, until_us: int | None) -> Iterator[Record]:
         """The records as the store queued them, in queue order within each campaign, campaigns one after
         another. ``since_us`` (inclusive) and ``until_us`` (exclusive) bound the time the service recorded

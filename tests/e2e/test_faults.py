@@ -184,3 +184,28 @@ def test_postgres_down_during_traffic(tmp_path, redis_url, redis_prefix, postgre
             until(lambda: gauge(http, "latebandit_audit_backlog") == 0, "the backlog gauge back to 0")
             assert http.get("/readyz").status_code == 200
             assert_exact(http, ledger, NAMES, postgres_url)
+
+
+def test_a_decision_is_answered_by_a_worker_that_never_saw_the_campaign(tmp_path) -> None:
+    """A worker (re)started during a Redis outage has no cached campaign: it still answers /choose with the
+    campaign's default arm, flagged, from the campaign's configuration in the audit log; /feedback is 503."""
+    with redis_server(tmp_path / "redis") as redis_node:
+        env = service_env(tmp_path, redis_url=redis_node.url)
+        with running(env, tmp_path) as server, server.client() as http:
+            assert http.post("/campaigns", json={**CAMPAIGN, "default_arm": "b"}).status_code == 201
+            assert http.post(f"/campaigns/{CAMPAIGN['id']}/pause").status_code == 200
+            assert http.post(f"/campaigns/{CAMPAIGN['id']}/resume").status_code == 200
+            wait_for_audit(redis_node.url, "lb", [CAMPAIGN["id"]])
+        for outage in (redis_node.kill, redis_node.restart):  # unreachable, then reachable but empty
+            outage()
+            with running(env, tmp_path) as server, server.client() as http:
+                for _ in range(3):
+                    answer = http.post("/choose", json={"campaign": CAMPAIGN["id"]})
+                    assert answer.status_code == 200, answer.text
+                    assert (answer.json()["arm"], answer.json()["fallback"]) == ("b", True)
+                # An id neither store nor audit log knows: 404 if the store could say so, else 503 (its
+                # creation may not have reached the audit log yet).
+                unknown = http.post("/choose", json={"campaign": "nobody"}).status_code
+                assert unknown == (503 if outage == redis_node.kill else 404)
+                event = {"type": "conversion", "decision_id": answer.json()["decision_id"], "occurred_at": now_iso()}
+                assert http.post("/feedback", json={"events": [event]}).status_code == 503
