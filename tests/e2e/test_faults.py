@@ -84,17 +84,17 @@ def kill_mid_batch(server: Server, http: httpx.Client, redis_url: str, prefix: s
 
 
 def test_worker_killed_mid_stream(tmp_path, redis_url, redis_prefix, postgres_url) -> None:
-    """kill -9 each of the two workers in turn while clients send decisions and feedback batches: the
-    requests it held are retried, nothing is lost and nothing counted twice."""
+    """kill -9 a worker in the middle of one large feedback batch, then each worker in turn while clients
+    send decisions and feedback batches: what they held is retried, nothing is lost, nothing counted twice."""
     env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix, database_url=postgres_url)
     cli(env, tmp_path, "migrate")
     with running(env, tmp_path, workers=2) as server, server.client() as http:
         create_campaigns(http)
+        killed = [kill_mid_batch(server, http, redis_url, redis_prefix, postgres_url)]
         gate = Gate.make(SPAWN)
         fleet = Fleet.start(
             Plan(server.url, NAMES, decisions=100_000, batch=25, connections=4), clients=3, gate=gate, context=SPAWN
         )
-        killed = [kill_mid_batch(server, http, redis_url, redis_prefix, postgres_url)]
         until(lambda: len(set(workers(server)) - set(killed)) == 2, "uvicorn replacing the killed worker")
         for _ in range(2):
             more_traffic(http, NAMES)
