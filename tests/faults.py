@@ -137,14 +137,16 @@ def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[RedisCluster]:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:<port> to a target; ``cut()`` refuses new connections and resets the open ones
-    (what clients see when a database host goes away), ``restore()`` listens again on the same port."""
+    """Forwards 127.0.0.1:<port> to a target; ``cut()`` is a network partition: new connections are refused,
+    the clients' open connections are reset, and the target is told nothing (its sessions linger, holding
+    whatever their open transactions hold); ``restore()`` listens again on the same port."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
         self._listener: socket.socket | None = None
-        self._open: set[socket.socket] = set()
+        self._clients: set[socket.socket] = set()
+        self._cut = 0  # generation: a connection set up across a cut belongs to none
         self._lock = threading.Lock()
 
     def restore(self) -> None:
@@ -162,11 +164,12 @@ class TcpProxy:
             self._listener.close()
             self._listener = None
         with self._lock:
-            for sock in self._open:
+            for sock in self._clients:  # a blocked recv in a pump thread keeps a socket alive: shut it down
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    sock.close()
-            self._open.clear()
+                    sock.shutdown(socket.SHUT_RDWR)
+            self._clients.clear()
+            self._cut += 1
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -174,17 +177,25 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            generation = self._cut
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
             except OSError:
                 client.close()
                 continue
             with self._lock:
-                self._open |= {client, upstream}
+                if generation != self._cut:  # cut while connecting
+                    client.close()
+                    upstream.close()
+                    continue
+                self._clients.add(client)
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        """Until either side closes; a cut client makes this end without telling the target (the upstream
+        socket is closed without a shutdown, and its other pump may wait on it until the target gives up)."""
         try:
             while data := source.recv(65536):
                 sink.sendall(data)
@@ -195,7 +206,7 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
             with self._lock:
-                self._open -= {source, sink}
+                self._clients -= {source, sink}
 
 
 @contextlib.contextmanager
