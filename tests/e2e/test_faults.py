@@ -154,7 +154,7 @@ def test_redis_lost_during_traffic(tmp_path, postgres_url, persist) -> None:
             ledger.converted.add(probe["decision_id"])
             assert ledger.fallbacks > 0 and ledger.retries["/feedback 503"] > 0, ledger.retries
             wait_for_audit(redis_node.url, "lb", NAMES)
-            assert_exact(http, ledger, NAMES, postgres_url)
+            assert_exact(http, ledger, NAMES, postgres_url, store_died=persist)
 
 
 def test_postgres_down_during_traffic(tmp_path, redis_url, redis_prefix, postgres_url) -> None:
