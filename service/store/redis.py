@@ -140,10 +140,21 @@ class RedisStore:
         try:
             async with self._slots:
                 yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        except (RedisConnectionError, OSError) as error:
+            await self._drop_idle_connections()
+            raise StoreUnavailable(f"Redis unreachable: {error}") from error
+        except RedisTimeoutError as error:
             raise StoreUnavailable(f"Redis unreachable: {error}") from error
         except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
             raise StoreUnavailable(f"Redis refused the operation: {error}") from error
+
+    async def _drop_idle_connections(self) -> None:
+        """A broken connection usually means Redis restarted, and then every pooled connection is dead: close
+        the idle ones now, or each would fail one later request (a fallback or a 503), possibly long after
+        Redis is back. Commands are never retried instead: a script whose reply was lost may have run."""
+        pool = getattr(self.client, "connection_pool", None)  # the cluster client manages its nodes itself
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
         async with self._reachable():

@@ -203,7 +203,9 @@ class Fleet:
     def start(cls, plan: Plan, clients: int, gate: Gate | None = None, context: Any = None) -> Fleet:
         context = context or multiprocessing.get_context("spawn")
         results = context.Queue()
-        processes = [context.Process(target=run_client, args=(plan, seed, results, gate)) for seed in range(clients)]
+        processes = [  # daemons: a failed test does not wait for clients retrying against a stopped server
+            context.Process(target=run_client, args=(plan, seed, results, gate), daemon=True) for seed in range(clients)
+        ]
         for process in processes:
             process.start()
         return cls(processes, results)
@@ -228,14 +230,25 @@ def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> No
         time.sleep(0.1)
 
 
-def decisions(http: httpx.Client, campaigns: list[str]) -> int:
-    return sum(http.get(f"/campaigns/{name}/state").json()["decisions"] for name in campaigns)
+def decisions(http: httpx.Client, campaigns: list[str]) -> int | None:
+    """Decisions counted so far; None on a 503 (just after Redis came back, the first command of a worker
+    meets a connection that died with it, and is refused; clients retry)."""
+    answers = [http.get(f"/campaigns/{name}/state") for name in campaigns]
+    if any(answer.status_code == 503 for answer in answers):
+        return None
+    return sum(answer.raise_for_status().json()["decisions"] for answer in answers)
 
 
 def more_traffic(http: httpx.Client, campaigns: list[str], count: int = 100) -> None:
     """Wait until the clients (slow to start on a loaded machine) have made ``count`` more decisions."""
-    start = decisions(http, campaigns)
-    until(lambda: decisions(http, campaigns) >= start + count, f"{count} more decisions", timeout=120)
+    start: list[int] = []
+
+    def grown() -> bool:
+        now = decisions(http, campaigns)
+        start.extend([] if start or now is None else [now])
+        return bool(start) and now is not None and now >= start[0] + count
+
+    until(grown, f"{count} more decisions", timeout=120)
 
 
 def wait_for_audit(
