@@ -4,8 +4,9 @@
 
 Both servers run as one uvicorn worker each on real Redis (latebandit also drains its audit into a fresh
 PostgreSQL database); this process is the load generator. The latebandit campaign is `delayed-klucb`
-with 10 arms and a full window of history (every histogram bucket of every arm populated). The bare and
-latebandit runs alternate (two rounds each) and the figures are reported as ratios to the bare endpoint.
+with 10 arms and a full window of history (every histogram bucket of every arm populated); a second one is
+`odaaf` with 10 arms (a shared schedule: each /choose claims a slot in Redis). The bare and latebandit
+runs alternate (two rounds each) and the figures are reported as ratios to the bare endpoint.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.http_load import LoadResult, post, run_load
 from service.campaign import Campaign
+from service.loadtest.client import LoadResult, Repeat, post, run_load
 from service.store.base import Counters, Histogram
 from service.store.redis import RedisStore
 from service.timeutil import MICROS, format_time, wall_clock
@@ -43,6 +44,11 @@ CAMPAIGN = {
     "id": "bench", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
     "delay": {"family": "exponential", "mean": 3600}, "window": 86_400, "buckets": 64,
 }  # fmt: skip
+ODAAF = {
+    "id": "bench-odaaf",
+    "arms": ARMS,
+    "policy": {"name": "odaaf", "params": {"mean_delay": 100, "horizon": 10**8}},
+}
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -115,7 +121,7 @@ def feedback_requests(campaign: Campaign, batch: int) -> itertools.Iterator[byte
 
 def measure(port: int, requests: itertools.Iterator[bytes] | bytes, duration: float, concurrency: int) -> LoadResult:
     next_request = (lambda: requests) if isinstance(requests, bytes) else requests.__next__
-    return asyncio.run(run_load("127.0.0.1", port, next_request, duration, concurrency))
+    return asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(next_request), duration, concurrency))
 
 
 def main() -> None:
@@ -136,6 +142,7 @@ def main() -> None:
         "LATEBANDIT_REDIS_PREFIX": prefix,
         "LATEBANDIT_DATABASE_URL": database_url,
         "LATEBANDIT_SECRET": SECRET,
+        "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
         "BENCH_REDIS_URL": REDIS_URL,
     }
     servers: list[Server] = []
@@ -152,14 +159,18 @@ def main() -> None:
         import httpx
 
         assert httpx.post(f"{latebandit.url}/campaigns", json=CAMPAIGN).status_code == 201
+        assert httpx.post(f"{latebandit.url}/campaigns", json=ODAAF).status_code == 201
         asyncio.run(fill_history(prefix))
         choose = post("/choose", b'{"campaign":"bench"}')
+        choose_odaaf = post("/choose", b'{"campaign":"bench-odaaf"}')
         measure(bare_port, choose, 2, args.concurrency)  # warm-up
         measure(lb_port, choose, 2, args.concurrency)
-        rounds: dict[str, list[LoadResult]] = {"bare": [], "latebandit": []}
+        measure(lb_port, choose_odaaf, 2, args.concurrency)
+        rounds: dict[str, list[LoadResult]] = {"bare": [], "latebandit": [], "odaaf": []}
         for _ in range(2):
             rounds["bare"].append(measure(bare_port, choose, args.duration, args.concurrency))
             rounds["latebandit"].append(measure(lb_port, choose, args.duration, args.concurrency))
+            rounds["odaaf"].append(measure(lb_port, choose_odaaf, args.duration, args.concurrency))
         campaign = Campaign(**CAMPAIGN)
         fb = measure(lb_port, feedback_requests(campaign, args.batch), args.duration, 4)
         report(rounds, fb, args)
@@ -180,19 +191,23 @@ def report(rounds: dict[str, list[LoadResult]], fb: LoadResult, args: argparse.N
             "errors": sum(r.errors for r in results),
         }
 
-    bare, lb = summary(rounds["bare"]), summary(rounds["latebandit"])
+    bare, lb, odaaf = summary(rounds["bare"]), summary(rounds["latebandit"]), summary(rounds["odaaf"])
     events_per_second = fb.requests * args.batch / fb.seconds
     figures = {
         "bare": bare, "latebandit_choose": lb,
         "choose_throughput_ratio": lb["throughput"] / bare["throughput"],
         "choose_p99_ratio": lb["p99_ms"] / bare["p99_ms"],
+        "odaaf_choose": odaaf, "odaaf_throughput_ratio": odaaf["throughput"] / bare["throughput"],
+        "odaaf_p99_ratio": odaaf["p99_ms"] / bare["p99_ms"],
         "feedback_events_per_second": events_per_second, "feedback_errors": fb.errors,
         "feedback_p99_ms": fb.percentile(99) * 1e3, "concurrency": args.concurrency, "duration": args.duration,
     }  # fmt: skip
     table = Table(title=f"/choose at concurrency {args.concurrency}, {args.duration:g}s x 2 rounds (medians)")
     for column in ("endpoint", "req/s", "p50 ms", "p99 ms", "errors"):
         table.add_column(column)
-    for name, row in (("bare FastAPI + 1 Redis GET", bare), ("latebandit /choose", lb)):
+    rows = (("bare FastAPI + 1 Redis GET", bare), ("latebandit /choose, delayed-klucb", lb),
+            ("latebandit /choose, odaaf", odaaf))  # fmt: skip
+    for name, row in rows:
         table.add_row(
             name, f"{row['throughput']:.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", str(row["errors"])
         )
@@ -200,6 +215,8 @@ def report(rounds: dict[str, list[LoadResult]], fb: LoadResult, args: argparse.N
     console.print(table)
     console.print(f"throughput ratio {figures['choose_throughput_ratio']:.2f} (target ≥ 0.8), "
                   f"p99 ratio {figures['choose_p99_ratio']:.2f} (target ≤ 1.5)")  # fmt: skip
+    console.print(f"odaaf: throughput ratio {figures['odaaf_throughput_ratio']:.2f} (target ≥ 0.8), "
+                  f"p99 ratio {figures['odaaf_p99_ratio']:.2f}")  # fmt: skip
     console.print(f"/feedback, batches of {args.batch}: {events_per_second:,.0f} events/s per worker "
                   f"(target ≥ 50,000), p99 {figures['feedback_p99_ms']:.1f} ms, errors {fb.errors}")  # fmt: skip
     RESULTS.mkdir(exist_ok=True)

@@ -12,9 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.delay_facts import with_delay_facts
 from service.delays import DelayModel, delay_from_spec
 from service.ids import Identifier
-from service.policies import POLICIES, Policy, make_policy
+from service.policies import POLICIES, Policy, SchedulePolicy, make_policy
+from service.policies.floor import check_floor
 from service.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -23,6 +25,7 @@ MAX_ARMS = 256
 MIN_WINDOW_SECONDS = 1.0
 MAX_WINDOW_SECONDS = 10 * 365 * 86_400.0
 MAX_EXACT_DECAY = 30.0
+DEFAULT_LATENESS_SECONDS = 3600.0
 
 
 class CampaignStatus(StrEnum):
@@ -37,13 +40,17 @@ class PolicySpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-def build_policy(spec: PolicySpec, arms: list[str]) -> Policy:
-    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices."""
+def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_per_slot: float | None) -> Policy:
+    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices; a planning
+    policy gets the delay facts it needs from the delay model, in slots, unless its params give them."""
     params = dict(spec.params)
     if spec.name == "fixed" and isinstance(params.get("arm"), str):
         if params["arm"] not in arms:
             raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
         params["arm"] = arms.index(params["arm"])
+    cls = POLICIES[spec.name]
+    if issubclass(cls, SchedulePolicy):
+        params = with_delay_facts(spec.name, cls.PARAMS, params, delay, seconds_per_slot)
     return make_policy(spec.name, params, len(arms))
 
 
@@ -65,6 +72,19 @@ class CampaignSpec(BaseModel):
     )
     default_arm: Identifier | None = None
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
+    exploration_floor: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="minimum propensity of every arm (0: off), at most 1/#arms"
+    )
+    slot_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_WINDOW_SECONDS, description="planning policies: wall-clock slots of this length"
+    )
+    decisions_per_second: float | None = Field(
+        default=None, gt=0, le=1e9, description="planning policies: the peak decision rate, to turn delays into slots"
+    )
+    allowed_lateness: float = Field(
+        default=DEFAULT_LATENESS_SECONDS, ge=0, le=MAX_WINDOW_SECONDS,
+        description="planning policies: how long after a segment's end its feedback is taken as complete",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:
@@ -76,17 +96,40 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
         if self.policy.name not in POLICIES:
             raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
-        build_policy(self.policy, self.arms)
         try:
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
             raise ValueError(f"delay: {error}") from error
+        policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot)
+        check_floor(policy, self.exploration_floor)
+        if policy.needs_band():
+            raise ValueError(
+                f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "
+                "by round age, which only the simulator keeps; the service supports estimator 1 (the default)"
+            )
         if POLICIES[self.policy.name].delay_corrected:
             if model.family == "unknown":
                 raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
             if float(model.cdf(self.window)) <= 0.0:
                 raise ValueError("the delay model puts no conversion inside the window: none could ever count")
         return self
+
+    @property
+    def seconds_per_slot(self) -> float | None:
+        """How many seconds of delay make one slot (None when slots have no fixed duration)."""
+        if self.slot_seconds is not None:
+            return self.slot_seconds
+        return None if self.decisions_per_second is None else 1.0 / self.decisions_per_second
+
+
+class PolicyChange(BaseModel):
+    """What ``POST /campaigns/{id}/policy`` takes: a new policy and, optionally, a new delay model (a
+    delay-corrected policy needs one). Arms, window and buckets stay: tokens and histograms depend on them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicySpec
+    delay: dict[str, Any] | None = None
 
 
 class Campaign(CampaignSpec):
@@ -102,7 +145,20 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def policy_impl(self) -> Policy:
-        return build_policy(self.policy, self.arms)
+        return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot)
+
+    @cached_property
+    def plans(self) -> bool:
+        """Its policy plays planned segments from a shared schedule (service/store/schedule.py)."""
+        return isinstance(self.policy_impl, SchedulePolicy)
+
+    @cached_property
+    def slot_us(self) -> int | None:
+        return None if self.slot_seconds is None else max(1, round(self.slot_seconds * MICROS))
+
+    @cached_property
+    def lateness_us(self) -> int:
+        return round(self.allowed_lateness * MICROS)
 
     @cached_property
     def window_us(self) -> int:
@@ -123,6 +179,13 @@ class Campaign(CampaignSpec):
     @cached_property
     def arm_index(self) -> dict[str, int]:
         return {arm: index for index, arm in enumerate(self.arms)}
+
+    def with_policy(self, change: PolicyChange) -> Campaign:
+        """The campaign's next policy version, validated as a whole campaign (ValueError if inconsistent)."""
+        spec = CampaignSpec.model_validate(
+            self.model_dump(include=set(CampaignSpec.model_fields)) | change.model_dump(exclude_none=True)
+        )
+        return Campaign(**spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at)
 
     def public(self) -> dict[str, Any]:
         body = self.model_dump(mode="json", exclude={"created_at"})

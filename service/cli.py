@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import shutil
@@ -38,7 +39,9 @@ def serve(
     host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
     workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
-    insecure: Annotated[bool, typer.Option(help="allow a non-loopback bind without API keys")] = False,
+    insecure: Annotated[
+        bool, typer.Option(envvar="LATEBANDIT_INSECURE", help="allow a non-loopback bind without API keys")
+    ] = False,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
     redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
     redis_cluster: Annotated[bool | None, typer.Option(help="the Redis URL names a Redis Cluster node")] = None,
@@ -46,26 +49,33 @@ def serve(
     secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
     api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
     snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
     dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
     request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
-    log_level: Annotated[str | None, typer.Option()] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
+    metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
+    metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
 ) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
     Each flag sets the LATEBANDIT_* variable of the same name."""
     import uvicorn
 
+    from service.logs import log_config
+
     flags = {
         "redis_url": redis_url, "redis_prefix": redis_prefix, "redis_cluster": redis_cluster,
         "database_url": database_url, "secret": secret,
-        "max_skew": max_skew, "api_keys": api_keys, "snapshot_interval": snapshot_interval,
+        "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
+        "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
+        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
     }  # fmt: skip
     for name, value in flags.items():
         if value is not None:
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
     settings = Settings()
-    if not settings.api_keys and not _is_loopback(host):
+    if not settings.api_key_pairs() and not _is_loopback(host):
         if not insecure:
             console.print(
                 f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
@@ -89,7 +99,8 @@ def serve(
             port=port,
             workers=workers,
             log_level=settings.log_level,
-            access_log=False,
+            log_config=log_config(settings.log_level),
+            access_log=False,  # service.logs.RequestLog writes the access lines, with request ids
         )
     finally:
         if metrics_dir is not None:
@@ -132,12 +143,25 @@ def replay(
     campaign: Annotated[str | None, typer.Option(help="the campaign to report (default: the only one)")] = None,
     at: Annotated[str | None, typer.Option(help="replay up to this time (default: the log's latest)")] = None,
     dump_state: Annotated[Path | None, typer.Option(help="write the campaign's state object here")] = None,
+    policy: Annotated[
+        list[str] | None, typer.Option(help="evaluate this policy off-policy on the log (repeat for several)")
+    ] = None,
+    params: Annotated[list[str] | None, typer.Option(help="JSON params of each --policy, in the same order")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md estimate JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="plot the estimates over time (.png or .html)")] = None,
+    clip: Annotated[float, typer.Option(min=1.0, help="largest importance weight")] = 100.0,
+    estimator: Annotated[
+        str | None, typer.Option(help="replay, ips or doubly-robust (default: replay on uniform logs, else DR)")
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the evaluated policies' draws")] = 0,
 ) -> None:
-    """Re-apply a log's decisions and feedback to the campaign's own policy and show the resulting state."""
+    """Re-apply a log's decisions and feedback to the campaign's own policy and show the resulting state;
+    with --policy, also estimate each given policy's value on the log's traffic, delays re-enacted."""
     from service.replay.apply import Replayer, read_log
     from service.timeutil import parse_time
 
-    replayer = Replayer(parse_time(at) if at else None, Settings())
+    as_of = parse_time(at) if at else None
+    replayer = Replayer(as_of, Settings())
     asyncio.run(replayer.apply_all(read_log(str(log))))
     if not replayer.campaigns:
         console.print("[red]the log holds no campaign line[/]")
@@ -156,6 +180,57 @@ def replay(
     _print_state(state)
     for reason, count in replayer.skipped.items():
         console.print(f"[yellow]skipped {count} line(s): {reason.replace('_', ' ')}[/]")
+    if policy:
+        _evaluate(log, campaign, as_of, policy, params or [], json_out, plot, clip, estimator, seed)
+    elif json_out is not None or plot is not None:
+        console.print("[red]--json and --plot report an off-policy evaluation: pass --policy[/]")
+        raise typer.Exit(2)
+
+
+def _evaluate(
+    log: Path, campaign: str, as_of: int | None, policies: list[str], params: list[str],
+    json_out: Path | None, plot: Path | None, clip: float, estimator: str | None, seed: int,
+) -> None:  # fmt: skip
+    """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot."""
+    from rich.markup import escape
+    from rich.progress import Progress
+
+    from service.replay.apply import read_log
+    from service.replay.evaluate import evaluate, logged_value
+    from service.replay.logged import NotEvaluable, read_campaign_log
+    from service.replay.report import rich_table, write_plot
+
+    if params and len(params) != len(policies):
+        console.print(f"[red]{len(params)} --params for {len(policies)} --policy[/]: give one per policy, in order")
+        raise typer.Exit(2)
+    try:
+        decoded = [orjson.loads(text) for text in params] or [{} for _ in policies]
+    except orjson.JSONDecodeError as error:
+        console.print(f"[red]--params is not JSON:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    if not all(isinstance(value, dict) for value in decoded):
+        console.print("[red]--params must be a JSON object[/]")
+        raise typer.Exit(2)
+    try:
+        logged = read_campaign_log(read_log(str(log)), campaign, as_of)
+        evaluations = []
+        with Progress(console=console, transient=True) as bar:
+            for name, value in zip(policies, decoded, strict=True):
+                task = bar.add_task(f"re-enacting {name}", total=len(logged.decisions))
+                advance = functools.partial(bar.advance, task)
+                evaluations.append(evaluate(logged, name, value, clip, estimator, seed, advance))
+    except NotEvaluable as refused:
+        console.print(f"[red]cannot evaluate:[/] {escape(str(refused))}")
+        raise typer.Exit(1) from None
+    Console().print(rich_table(logged, evaluations, logged_value(logged)))
+    for reason, count in logged.skipped.items():
+        console.print(f"[yellow]left out {count} {reason}[/]")
+    if json_out is not None:
+        documents = [evaluation.contract() for evaluation in evaluations]
+        document = documents[0] if len(documents) == 1 else documents  # one per policy when several
+        json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    if plot is not None:
+        write_plot(plot, logged, evaluations, logged_value(logged))
 
 
 def _print_state(state: dict) -> None:
@@ -243,6 +318,34 @@ def reproduce(
     except ScenarioError as error:
         console.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(2) from None
+
+
+@app.command()
+def loadtest(
+    url: Annotated[str, typer.Option(help="the service's base URL (plain HTTP)")] = "http://127.0.0.1:8000",
+    duration: Annotated[float, typer.Option(min=0.1, help="seconds of load")] = 10.0,
+    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="keep-alive connections")] = 16,
+    campaign: Annotated[str | None, typer.Option(help="an existing campaign (default: create one)")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="LATEBANDIT_LOADTEST_KEY", help="bearer key")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the clients' random choices")] = 0,
+) -> None:
+    """Drive /choose and /feedback at a realistic mix (late conversions, duplicates, retries, aggregates
+    where the campaign takes them) and report throughput, latency percentiles and errors."""
+    from rich.markup import escape
+
+    from service.loadtest.run import LoadTestError, report_table, run_loadtest, summary_lines
+
+    try:
+        report = run_loadtest(url, duration, concurrency, campaign, api_key, seed)
+    except LoadTestError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    Console().print(report_table(report))
+    for line in summary_lines(report):
+        Console().print(escape(line))
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2))
 
 
 def main() -> None:

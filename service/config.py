@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     secret: str | None = Field(default=None, description="HMAC key for decision ids")
     max_skew: float = Field(default=300.0, description="seconds a feedback time may lie in the future")
     api_keys: str | None = Field(default=None, description="comma-separated scope:key pairs")
+    api_keys_file: Path | None = Field(
+        default=None, description="a file of scope:key pairs (one per line or comma-separated), e.g. a mounted secret"
+    )
     request_ttl: float = Field(default=86_400.0, description="seconds a /choose request_id is remembered")
     dedup_retention: float = Field(
         default=86_400.0, description="seconds an event_id is remembered beyond its decision's window"
@@ -34,7 +37,9 @@ class Settings(BaseSettings):
     )
     audit_batch: int = Field(default=5_000, description="audit rows written per transaction")
     audit_interval: float = Field(default=0.2, description="seconds between audit drains")
-    log_level: str = "info"
+    log_level: str = Field(default="info", description="debug, info (one access line per request), warning, error")
+    metrics_campaigns: int = Field(default=200, ge=1, description="campaigns with their own metric labels, per worker")
+    metrics_arms: int = Field(default=50, ge=1, description="arms per campaign with their own metric labels")
 
     @cached_property
     def sqlalchemy_url(self) -> str:
@@ -44,6 +49,14 @@ class Settings(BaseSettings):
             if url.startswith(plain):
                 return "postgresql+psycopg://" + url[len(plain) :]
         return url
+
+    def api_key_pairs(self) -> str:
+        """Every configured ``scope:key`` pair, from LATEBANDIT_API_KEYS and LATEBANDIT_API_KEYS_FILE, as one
+        comma-separated list (OSError if the file cannot be read)."""
+        parts = [self.api_keys or ""]
+        if self.api_keys_file is not None:
+            parts += self.api_keys_file.read_text().split()
+        return ",".join(part for part in parts if part)
 
     @property
     def embedded(self) -> bool:

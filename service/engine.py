@@ -16,11 +16,24 @@ import numpy as np
 
 from service import metrics
 from service.audit.records import Outcome, Record
-from service.campaign import Campaign, CampaignSpec, CampaignStatus
-from service.exposure import Exposure, bucket_moments, exposure
-from service.feedback import Conversion, Reason, Rejection, campaign_of, parse_conversion, prepare
+from service.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
+from service.delay_tail import delay_summary
+from service.exposure import Exposure, bucket_moments, campaign_stats, exposure
+from service.feedback import (
+    Conversion,
+    Reason,
+    Rejection,
+    anonymous_event,
+    campaign_of,
+    parse_conversion,
+    prepare,
+)
 from service.policies.base import EPS_N, ArmStats
+from service.policies.floor import with_floor
+from service.scheduling import Scheduler, describe_schedule
 from service.store.base import (
+    AnonymousEvent,
+    CampaignMoved,
     CampaignRefused,
     DecisionResult,
     DecisionStatus,
@@ -41,6 +54,11 @@ class UnknownCampaign(LookupError):
 
 class CampaignExists(ValueError):
     pass
+
+
+MAX_MOVES = 3
+Item = Conversion | dict[str, Any]  # a verified conversion, or an aggregate or watermark as sent
+"""Reloads of a campaign whose policy version changed under a request before it answers 503 (retry)."""
 
 
 def lost_campaign(campaign_id: str) -> StoreUnavailable:
@@ -110,6 +128,7 @@ class DecisionEngine:
         self._from_history = from_history
         self._campaigns: dict[str, Campaign] = {}
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
+        self.scheduler = Scheduler(store, rng, self._pull)
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -125,12 +144,16 @@ class DecisionEngine:
         if not await self.store.create_campaign(campaign, record):
             raise CampaignExists(campaign.id, "it already exists")
         await self._durable()
-        self._campaigns[campaign.id] = campaign
+        self._remember(campaign)
         return campaign
 
+    def _remember(self, campaign: Campaign) -> None:
+        self._campaigns[campaign.id] = campaign
+        metrics.publish_campaign(campaign)
+
     async def campaign(self, campaign_id: str, fresh: bool = False) -> Campaign:
-        """The campaign's configuration; cached per worker (only the status changes, and the store's
-        scripts check the status themselves)."""
+        """The campaign's configuration; cached per worker. The store's scripts check the status and the
+        policy version themselves, and a stale copy is reloaded when they answer ``moved``."""
         campaign = None if fresh else self._campaigns.get(campaign_id)
         if campaign is None:
             campaign = await self.store.get_campaign(campaign_id)
@@ -138,7 +161,7 @@ class DecisionEngine:
                 if await self._remembered(campaign_id) is not None:
                     raise lost_campaign(campaign_id)  # the same answer on every worker: retry after rebuild
                 raise UnknownCampaign(campaign_id)
-            self._campaigns[campaign_id] = campaign
+            self._remember(campaign)
         return campaign
 
     async def _remembered(self, campaign_id: str) -> Campaign | None:
@@ -151,8 +174,23 @@ class DecisionEngine:
         if campaign is None:
             raise UnknownCampaign(campaign_id)
         await self._durable()
-        self._campaigns[campaign_id] = campaign
+        self._remember(campaign)
         return campaign
+
+    async def change_policy(self, campaign_id: str, change: PolicyChange) -> Campaign:
+        """Start the campaign's next policy version (a fresh state; the audit log keeps the old one's
+        history, and a replay applies the change at the same point). ValueError if the new policy does not
+        fit the campaign, CampaignMoved if another change won the race."""
+        current = await self.campaign(campaign_id, fresh=True)
+        campaign = current.with_policy(change)
+        record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(), "action": "policy",
+                          "config": campaign.model_dump(mode="json")}  # fmt: skip
+        changed = await self.store.change_policy(campaign, record)
+        if changed is None:
+            raise UnknownCampaign(campaign_id)
+        await self._durable()
+        self._remember(changed)
+        return changed
 
     # decisions ------------------------------------------------------------------------------------
 
@@ -160,18 +198,22 @@ class DecisionEngine:
         """A decision is always answered while the campaign can be known: with the store down (or emptied)
         a worker that never cached the campaign reads its configuration from the audit log."""
         now = self.clock()
-        try:
-            campaign = await self.campaign(campaign_id)
-        except StoreUnavailable:
-            campaign = await self._remembered(campaign_id)
-            if campaign is None:
-                raise
-            self._campaigns[campaign_id] = campaign
-            return self._store_down(campaign, now)
-        try:
-            return await self._decide(campaign, now, request_id)
-        except StoreUnavailable:
-            return self._store_down(campaign, now)
+        for attempt in range(MAX_MOVES):
+            try:
+                campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            except StoreUnavailable:
+                campaign = await self._remembered(campaign_id)
+                if campaign is None:
+                    raise
+                self._campaigns[campaign_id] = campaign
+                return self._store_down(campaign, now)
+            try:
+                return await self._decide(campaign, now, request_id)
+            except CampaignMoved:
+                continue
+            except StoreUnavailable:
+                return self._store_down(campaign, now)
+        raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
     def _store_down(self, campaign: Campaign, now: int) -> Decision:
         """Nothing can be recorded: the decision id alone marks the pull as uncounted."""
@@ -181,12 +223,18 @@ class DecisionEngine:
                             "fallback_store_down")  # fmt: skip
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
-        state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-        stats = await self._stats(campaign, state, now)
-        choice = campaign.policy_impl.choose(stats, self.rng)
-        pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
         ttl = math.ceil(self.options.request_ttl)
-        result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if campaign.plans:
+            claim = await self.scheduler.claim(campaign, now, request_id, ttl)
+            result = DecisionResult(DecisionStatus(claim.status.value), claim.decision_id, claim.arm, claim.propensity)
+        else:
+            state = await self.store.snapshot(campaign, self.options.snapshot_interval)
+            stats = await self._stats(campaign, state, now)
+            choice = with_floor(campaign.policy_impl.choose(stats, self.rng), campaign.exploration_floor, self.rng)
+            pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
+            result = await self.store.record_decision(campaign, pull, request_id, ttl)
+        if result.status is DecisionStatus.MOVED:
+            raise CampaignMoved(campaign.id)
         if result.status is DecisionStatus.UNKNOWN:
             raise lost_campaign(campaign.id)
         outcome = result.status.value
@@ -237,7 +285,11 @@ class DecisionEngine:
             return arm_stats(state, cached[1])
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
-        metrics.publish_arms(campaign.id, arm_rows(campaign, state, seen))
+        rows = arm_rows(campaign, state, seen)
+        for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
+            row["pending_age"] = _number(age)
+        metrics.publish_arms(campaign.id, rows)
+        metrics.publish_delays(campaign.id, delay_rows(campaign, state, seen))
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
@@ -250,16 +302,32 @@ class DecisionEngine:
         reached; events already applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
-        by_campaign: dict[str, list[tuple[int, PreparedConversion]]] = defaultdict(list)
+        by_campaign: dict[str, list[tuple[int, Item]]] = defaultdict(list)
         for index, raw in enumerate(events):
             try:
-                campaign, prepared = await self._validate(raw, now)
+                campaign_id, item = await self._validate(raw, now)
             except Rejection as rejection:
                 result.reject(index, rejection)
                 continue
-            by_campaign[campaign.id].append((index, prepared))
-        for campaign_id, items in by_campaign.items():
-            campaign = await self.campaign(campaign_id)
+            by_campaign[campaign_id].append((index, item))
+        for campaign_id, conversions in by_campaign.items():
+            await self._apply(result, campaign_id, conversions, now)
+        await self._durable()
+        return result
+
+    async def _apply(self, result: FeedbackResult, campaign_id: str, conversions: list[tuple[int, Item]],
+                     now: int) -> None:  # fmt: skip
+        """One campaign's events, classified against its policy version; when the store answers that
+        the version moved (a policy change), the rest are classified again against the reloaded campaign."""
+        for attempt in range(MAX_MOVES):
+            campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            if campaign.plans:
+                try:
+                    await self._apply_anonymous(result, campaign, conversions, now)
+                    return
+                except CampaignMoved:
+                    continue
+            items = self._prepared(result, campaign, conversions, now)
             try:
                 outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
             except CampaignRefused as refused:
@@ -267,25 +335,71 @@ class DecisionEngine:
                     raise lost_campaign(campaign_id) from refused
                 applied = len(refused.applied)
                 self._tally(result, campaign, items[:applied], refused.applied)
+                if str(refused) == "moved":
+                    left = {index for index, _ in items[applied:]}
+                    conversions = [(index, conversion) for index, conversion in conversions if index in left]
+                    continue
                 for index, _ in items[applied:]:
                     result.reject(index, Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign_id!r} is paused"))
-                continue
+                return
             self._tally(result, campaign, items, outcomes)
-        await self._durable()
-        return result
+            return
+        raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
-    async def _validate(self, raw: Any, now: int) -> tuple[Campaign, PreparedConversion]:
-        skew = round(self.options.max_skew * MICROS)
+    def _prepared(
+        self, result: FeedbackResult, campaign: Campaign, conversions: list[tuple[int, Item]], now: int
+    ) -> list[tuple[int, PreparedConversion]]:
+        items = []
+        for index, conversion in conversions:
+            try:
+                if not isinstance(conversion, Conversion):
+                    raise Rejection(
+                        Reason.WRONG_FEEDBACK_KIND,
+                        f"policy {campaign.policy.name!r} learns from attributed conversions, "
+                        f"not {conversion['type']} events",
+                    )
+                items.append((index, prepare(campaign, conversion, now, self.options.dedup_retention)))
+            except Rejection as rejection:
+                result.reject(index, rejection)
+        return items
+
+    async def _apply_anonymous(
+        self, result: FeedbackResult, campaign: Campaign, items: list[tuple[int, Item]], now: int
+    ) -> None:
+        """A planning campaign's events: aggregates, watermarks, and conversions read as aggregates. Raises
+        CampaignMoved, having changed nothing, when the campaign's policy version moved."""
+        skew, retention = round(self.options.max_skew * MICROS), self.options.dedup_retention
+        events: list[tuple[int, AnonymousEvent]] = []
+        rejections: list[tuple[int, Rejection]] = []
+        for index, item in items:
+            try:
+                events.append((index, anonymous_event(campaign, item, now, skew, retention)))
+            except Rejection as rejection:
+                rejections.append((index, rejection))
+        try:
+            outcomes = await self.scheduler.apply(campaign, [event for _, event in events], now)
+        except CampaignRefused as refused:
+            if str(refused) == "unknown":
+                raise lost_campaign(campaign.id) from refused
+            if str(refused) == "moved":
+                raise CampaignMoved(campaign.id) from refused
+            paused = Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
+            rejections += [(index, paused) for index, _ in events]
+            events, outcomes = [], []
+        for index, rejection in rejections:
+            result.reject(index, rejection)
+        self._tally_anonymous(result, campaign, events, outcomes)
+
+    async def _validate(self, raw: Any, now: int) -> tuple[str, Item]:
+        """The event's campaign and the event: a verified conversion, or an aggregate or watermark (whose
+        fields are checked against the campaign's policy, which may change before it is applied)."""
         named = campaign_of(raw)
         if named is not None:
-            campaign = await self._known(named)
-            raise Rejection(
-                Reason.WRONG_FEEDBACK_KIND,
-                f"policy {campaign.policy.name!r} learns from attributed conversions, not {raw['type']} events",
-            )
-        conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
-        campaign = await self._known(conversion.campaign)
-        return campaign, prepare(campaign, conversion, now, self.options.dedup_retention)
+            await self._known(named)
+            return named, raw
+        conversion: Conversion = parse_conversion(raw, self.signer, now, round(self.options.max_skew * MICROS))
+        await self._known(conversion.campaign)
+        return conversion.campaign, conversion
 
     async def _known(self, campaign_id: str) -> Campaign:
         try:
@@ -298,24 +412,48 @@ class DecisionEngine:
         result: FeedbackResult, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]
     ) -> None:
         label = metrics.campaign_label(campaign.id)
-        delays = metrics.CONVERSION_DELAY.labels(label)
+        delays, lags = metrics.CONVERSION_DELAY.labels(label), metrics.REPORT_LAG.labels(label)
         tally = Counter(outcomes)
         for (_, prepared), outcome in zip(items, outcomes, strict=True):
             if outcome is not Outcome.DUPLICATE:
-                delays.observe(max(0, prepared.record["occurred_at"] - prepared.record["decided_at"]) / MICROS)
+                record = prepared.record
+                delays.observe(max(0, record["occurred_at"] - record["decided_at"]) / MICROS)
+                lags.observe((record["received_at"] - record["occurred_at"]) / MICROS)
         for outcome, count in tally.items():
             metrics.FEEDBACK.labels(label, outcome.value).inc(count)
         result.duplicates += tally[Outcome.DUPLICATE]
         result.accepted += len(outcomes) - tally[Outcome.DUPLICATE]
         result.censored += tally[Outcome.CENSORED]
 
+    @staticmethod
+    def _tally_anonymous(
+        result: FeedbackResult, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[str]
+    ) -> None:
+        label = metrics.campaign_label(campaign.id)
+        for (index, event), outcome in zip(items, outcomes, strict=True):
+            if outcome == Outcome.PHASE_CLOSED:
+                detail = "its interval reaches back before the feedback the policy already closed; recorded, not used"
+                result.reject(index, Rejection(Reason.PHASE_CLOSED, detail))
+            elif outcome == "before_decision":
+                result.reject(index, Rejection(Reason.BEFORE_DECISION, "it precedes the campaign's first decision"))
+            elif outcome == Outcome.DUPLICATE:
+                result.duplicates += 1
+            else:
+                result.accepted += 1
+            if outcome != "before_decision":
+                metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
+
     # state ----------------------------------------------------------------------------------------
 
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
         campaign = await self.campaign(campaign_id, fresh=True)
         as_of = self.clock() if at is None else at
+        if campaign.plans:
+            snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)
+            return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         metrics.publish_arms(campaign.id, body["arms"])
+        metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body
 
     async def _durable(self) -> None:
@@ -324,14 +462,12 @@ class DecisionEngine:
 
 
 def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
-    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
-    counters = state.counters
-    return ArmStats(
-        pulls=counters.pulls[None, :].astype(np.float64),
-        conversions=counters.conversions[None, :],
-        effective=seen.effective[None, :],
-        t=np.array([counters.decisions + 1]),
-    )
+    """The statistics for a decision. Pulls counted since the histogram read are missing from W; each adds
+    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (manegueu2020.md §3.4)."""
+    weight = seen.tail_weight
+    if weight is not None:
+        weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending)
 
 
 def _number(value: float) -> float | None:
@@ -339,19 +475,31 @@ def _number(value: float) -> float | None:
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
-    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays."""
+    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
+    arm also carries ``delays``, what its observed conversion delays say (service/delay_tail.py)."""
+    seen = exposure(campaign, state, as_of)
+    arms = arm_rows(campaign, state, seen)
+    for arm, summary in delay_rows(campaign, state, seen).items():
+        arms[arm]["delays"] = summary
     return {
         "campaign": campaign.id,
         "policy": campaign.policy.name,
         "decisions": int(state.counters.decisions),
         "as_of": format_time(as_of),
-        "arms": arm_rows(campaign, state, exposure(campaign, state, as_of)),
+        "arms": arms,
         "policy_state": {
             "status": campaign.status.value,
             "window": campaign.window,
             "bucket_width": campaign.bucket_width_us / MICROS,
+            **campaign.policy_impl.policy_state(arm_stats(state, seen)),
         },
     }
+
+
+def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm, what the observed delays say, weighted by how many pulls could have shown each delay."""
+    counts = state.delay_counts()
+    return {arm: delay_summary(counts[k], seen.delay_exposure[k]) for k, arm in enumerate(campaign.arms)}
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:

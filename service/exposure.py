@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.campaign import MAX_EXACT_DECAY, Campaign
-from service.store.base import StateSnapshot
+from service.delay_tail import BUCKETS, upper_edges
+from service.policies.base import ArmStats, Envelope
+from service.store.base import Histogram, StateSnapshot
 from service.timeutil import MICROS
 
 
@@ -31,7 +33,35 @@ from service.timeutil import MICROS
 class Exposure:
     effective: np.ndarray  # (K,) Ñ
     pending: np.ndarray  # (K,) pulls younger than the window without a counted conversion
+    pending_age: np.ndarray  # (K,) their mean age in seconds (at each bucket's mean pull time); NaN if none
     matured_cells: np.ndarray  # bool (n,): histogram cells whose pulls are all older than the window
+    pulls_seen: np.ndarray  # (K,) pulls the histogram read holds (matured included)
+    delay_exposure: np.ndarray  # (K, delay_tail.BUCKETS) pulls at least as old as each delay bucket's upper edge
+    tail_weight: np.ndarray | None = None  # (K,) W = Σ ψ(age) over the window, for a policy with an envelope
+
+
+def delay_exposure(campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int) -> np.ndarray:
+    """Per arm and delay bucket, the pulls old enough to have shown a delay anywhere in the bucket: a cell
+    counts once its youngest edge is that old (a lower bound), matured pulls for edges within the window
+    (their exact age is gone, so beyond the window nothing is known and the tail fit stops there)."""
+    arms = len(campaign.arms)
+    edges = upper_edges()
+    youngest = (now - (hist.bucket + 1) * campaign.bucket_width_us) / MICROS
+    reached = np.zeros((arms, BUCKETS + 1))
+    np.add.at(reached, (hist.arm, np.searchsorted(edges, youngest, side="right")), hist.count)
+    old_enough = np.cumsum(reached[:, ::-1], axis=1)[:, ::-1][:, 1:]  # cells with youngest age >= edge j
+    return old_enough + matured[:, None] * (edges <= campaign.window)
+
+
+def window_tail_weight(
+    campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int, envelope: Envelope
+) -> np.ndarray:
+    """W_k >= Σ_{pulls of k younger than the window} ψ(age): each cell at its youngest edge, which bounds every
+    pull in it for a non-increasing ψ (manegueu2020.md §3.4 option A). Matured cells weigh 0 (§3.5); the cell
+    straddling the window edge counts whole, which only widens the bound."""
+    youngest = (now - (hist.bucket + 1) * campaign.bucket_width_us) / MICROS
+    weight = np.where(matured, 0.0, hist.count * envelope.weights(youngest[None, :])[0])
+    return np.bincount(hist.arm, weight, minlength=len(campaign.arms))
 
 
 def bucket_moments(campaign: Campaign, decided_at: int) -> tuple[int, int, tuple[float, ...]]:
@@ -67,5 +97,33 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     weight = np.where(matured, count * at_window, weight)
     effective = at_window * state.counters.matured + np.bincount(hist.arm, weight, minlength=arms)
     open_cells = ~matured
-    pending = np.bincount(hist.arm[open_cells], (hist.count - hist.converted)[open_cells], minlength=arms)
-    return Exposure(effective, pending.astype(np.int64), matured)
+    waiting = (hist.count - hist.converted)[open_cells]
+    pending = np.bincount(hist.arm[open_cells], waiting, minlength=arms)
+    age_sum = np.bincount(hist.arm[open_cells], waiting * mean_age[open_cells], minlength=arms)
+    pending_age = np.divide(age_sum, pending, out=np.full(arms, np.nan), where=pending > 0)
+    seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
+    exposed = delay_exposure(campaign, hist, state.counters.matured, now)
+    envelope = campaign.policy_impl.envelope(campaign_stats(state, effective, exposed))
+    weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
+    return Exposure(effective, pending.astype(np.int64), pending_age, matured, seen.astype(np.int64), exposed, weight)
+
+
+def campaign_stats(
+    state: StateSnapshot,
+    effective: np.ndarray,
+    exposed: np.ndarray,
+    tail_weight: np.ndarray | None = None,
+    pending: np.ndarray | None = None,
+) -> ArmStats:
+    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
+    counters = state.counters
+    return ArmStats(
+        pulls=counters.pulls[None, :].astype(np.float64),
+        conversions=counters.conversions[None, :],
+        effective=effective[None, :],
+        t=np.array([counters.decisions + 1]),
+        pending=None if pending is None else pending[None, :].astype(np.float64),
+        tail_weight=None if tail_weight is None else tail_weight[None, :],
+        delay_counts=state.delay_counts()[None],
+        delay_exposure=exposed[None],
+    )

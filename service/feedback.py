@@ -14,8 +14,9 @@ from typing import Any
 
 from service.audit.records import Record
 from service.campaign import Campaign
+from service.delay_tail import bucket_of
 from service.ids import is_identifier
-from service.store.base import PreparedConversion
+from service.store.base import AnonymousEvent, PreparedConversion
 from service.timeutil import MICROS, parse_time
 from service.tokens import InvalidToken, TokenSigner
 
@@ -31,6 +32,7 @@ class Reason(StrEnum):
     VALUE_OUT_OF_RANGE = "value_out_of_range"
     WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
     CAMPAIGN_PAUSED = "campaign_paused"
+    PHASE_CLOSED = "phase_closed"  # an aggregate for slots whose feedback a planning policy already closed
 
 
 class Rejection(ValueError):
@@ -75,7 +77,7 @@ def _value(raw: dict[str, Any], upper: float) -> float:
     value = raw.get("value", 1.0)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Rejection(Reason.MALFORMED_EVENT, "value must be a number")
-    if not math.isfinite(value) or not 0.0 <= value <= upper:
+    if not math.isfinite(value) or not 0.0 <= value <= upper:  # upper = inf: any finite value >= 0
         raise Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {value!r} is outside [0, {upper:g}]")
     return float(value)
 
@@ -138,7 +140,47 @@ def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retent
         event_id=conversion.event_id,
         dedup_ttl=math.ceil(max(0.0, remaining) + retention),
         record=record,
+        delay_bucket=int(bucket_of(delay / MICROS)),
     )
+
+
+def anonymous_event(
+    campaign: Campaign, item: Conversion | dict[str, Any], now: int, max_skew: int, retention: float
+) -> AnonymousEvent:
+    """An aggregate, a watermark, or an attributed conversion read as an aggregate over the instant it
+    occurred at (DESIGN.md: an anonymous learner may always be given attributed feedback), for a campaign
+    whose policy learns from sums. Times in the future within the allowed skew are taken as now."""
+    ttl = math.ceil(campaign.allowed_lateness + retention)  # an aggregate is refused once its slots closed
+    if isinstance(item, Conversion):
+        at = min(item.occurred_at, now)
+        record: Record = {"type": "conversion", "campaign": campaign.id, "received_at": now,
+                          "event_id": item.event_id, "decision_id": item.decision_id,
+                          "decided_at": item.decided_at, "occurred_at": at, "value": item.value}  # fmt: skip
+        if item.arm < len(campaign.arms):
+            record["arm"] = campaign.arms[item.arm]
+        return AnonymousEvent("aggregate", at, at, item.value, item.event_id, item.decision_id, ttl, record)
+    raw, kind = item, item.get("type")
+    base: Record = {"type": kind, "campaign": campaign.id, "received_at": now}
+    if kind == "watermark":
+        at = _time(raw, "at")
+        if at > now + max_skew:
+            raise Rejection(Reason.FUTURE_TIMESTAMP, "a watermark cannot be in the future beyond the allowed skew")
+        at = min(at, now)
+        return AnonymousEvent("watermark", at, at, 0.0, None, None, ttl, {**base, "at": at})
+    if kind != "aggregate":
+        raise Rejection(Reason.MALFORMED_EVENT, "type must be conversion, aggregate or watermark")
+    event_id = _event_id(raw)
+    start, end = _time(raw, "start"), _time(raw, "end")
+    if "value" not in raw:
+        raise Rejection(Reason.MALFORMED_EVENT, "value is required: the total reward observed in [start, end)")
+    value = _value(raw, math.inf)
+    if end < start:
+        raise Rejection(Reason.MALFORMED_EVENT, "end must not be before start")
+    if end > now + max_skew:
+        raise Rejection(Reason.FUTURE_TIMESTAMP, "end is in the future beyond the allowed skew")
+    start, end = min(start, now), min(end, now)
+    record = {**base, "event_id": event_id, "start": start, "end": end, "value": value}
+    return AnonymousEvent("aggregate", start, end, value, event_id, None, ttl, record)
 
 
 def campaign_of(raw: Any) -> str | None:

@@ -127,10 +127,20 @@ class Runtime:
         await restore_memory(self.audit, self.store, self.settings)
 
     async def _watch_backlog(self) -> None:
+        """Every 5 s: the audit backlog and lag, and whether the store and the audit database answer."""
         while not self.stop.is_set():
-            with contextlib.suppress(Exception):
+            metrics.AUDIT_LAG.set(self.writer.lag())
+            try:
+                await self.store.ping()
                 metrics.AUDIT_BACKLOG.set(await self.store.audit_backlog())
-                metrics.AUDIT_LAG.set(self.writer.lag())
+                metrics.STORE_UP.set(1)
+            except StoreUnavailable:
+                metrics.STORE_UP.set(0)
+            try:
+                await asyncio.to_thread(self.audit.ping)
+                metrics.AUDIT_UP.set(1)
+            except Exception:  # any database error means "down"; the writer logs the cause
+                metrics.AUDIT_UP.set(0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
 

@@ -8,6 +8,7 @@ body is parsed by hand and its schema is declared for the OpenAPI document.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -25,17 +26,19 @@ from starlette.types import Scope as AsgiScope
 
 from service import metrics
 from service.api.auth import ApiKeyGate, ApiKeys
-from service.campaign import CampaignSpec, CampaignStatus
+from service.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from service.config import Settings
 from service.engine import CampaignExists, DecisionEngine, UnknownCampaign
-from service.feedback import MAX_EVENTS
+from service.feedback import MAX_EVENTS, Reason
 from service.ids import Identifier
+from service.logs import RequestLog
 from service.replay.rebuild import replay_audit
 from service.runtime import Runtime
-from service.store.base import StoreUnavailable
+from service.store.base import CampaignMoved, StoreUnavailable
 from service.timeutil import parse_time
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+admin_log = logging.getLogger("latebandit.admin")
 
 
 class ChooseRequest(BaseModel):
@@ -129,7 +132,9 @@ Engine = Annotated[DecisionEngine, Depends(get_engine)]
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    keys = ApiKeys(settings.api_keys)
+    keys = ApiKeys(settings.api_key_pairs())
+    metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
+    metrics.preset(reason.value for reason in Reason)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -168,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
 
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(RequestLog)  # outermost: refusals by the key gate and the body limit are logged too
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -178,6 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except CampaignExists as exists:
             campaign_id, why = exists.args
             raise error(409, "campaign_exists", f"campaign {campaign_id!r} cannot be created: {why}") from exists
+        admin_log.info("campaign created", extra={"campaign": campaign.id, "policy": campaign.policy.name})
         return json_response(campaign.public(), 201)
 
     @app.get("/campaigns")
@@ -205,11 +212,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/campaigns/{campaign_id}/pause")
     async def pause(campaign_id: Identifier, engine: Engine) -> Response:
-        return json_response((await engine.set_status(campaign_id, CampaignStatus.PAUSED)).public())
+        campaign = await engine.set_status(campaign_id, CampaignStatus.PAUSED)
+        admin_log.info("campaign paused", extra={"campaign": campaign_id})
+        return json_response(campaign.public())
 
     @app.post("/campaigns/{campaign_id}/resume")
     async def resume(campaign_id: Identifier, engine: Engine) -> Response:
-        return json_response((await engine.set_status(campaign_id, CampaignStatus.ACTIVE)).public())
+        campaign = await engine.set_status(campaign_id, CampaignStatus.ACTIVE)
+        admin_log.info("campaign resumed", extra={"campaign": campaign_id})
+        return json_response(campaign.public())
+
+    @app.post("/campaigns/{campaign_id}/policy")
+    async def change_policy(campaign_id: Identifier, change: PolicyChange, engine: Engine) -> Response:
+        """The campaign's next policy version: a fresh state under the new policy, the old version's history
+        kept in the audit log (GET /state?at= a time before the change still shows it)."""
+        try:
+            campaign = await engine.change_policy(campaign_id, change)
+        except ValidationError as invalid:
+            raise error(422, "invalid_request", problems(invalid.errors())) from invalid
+        except CampaignMoved as moved:
+            raise error(409, "policy_changed", "another policy change happened meanwhile: read and retry") from moved
+        admin_log.info("campaign policy changed", extra={"campaign": campaign_id, "policy": campaign.policy.name,
+                                                        "version": campaign.version})  # fmt: skip
+        return json_response(campaign.public())
 
     # decisions and feedback -----------------------------------------------------------------------
 

@@ -7,6 +7,10 @@ Line shapes:
   ``status``, ``version`` and ``created_at``;
 - pause and resume: ``{"type": "campaign", "id", "status": "paused"|"active", "at"}``, no ``arms``,
   so a reader tells a status change from a creation;
+- a plan committed by a planning policy (ODAAF, ARS-*, CLW): ``{"type": "campaign", "id", "at", "plan",
+  "version", "consumed"}``, the plan and how many closed segments it learnt from;
+- a policy change (the campaign's next version): ``{"type": "campaign", "id", "version", "policy", "delay",
+  "at"}``, no ``arms`` either;
 - decisions: the CONTRACT keys plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
   sent one, ``request_id`` (replay needs the version and fallback to classify later conversions);
 - feedback: the CONTRACT event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
@@ -40,9 +44,15 @@ def record_to_line(record: Record) -> dict[str, Any]:
 
 
 def campaign_line(record: Record) -> dict[str, Any]:
+    config = record.get("config")
     if record["action"] == "create":
-        config = record["config"]
-        return {"type": "campaign", **config, "created_at": format_time(config["created_at"])}
+        fields = {key: value for key, value in config.items() if value is not None}  # unset options: defaults
+        return {"type": "campaign", **fields, "created_at": format_time(config["created_at"])}
+    if record["action"] == "policy":
+        return {"type": "campaign", "id": record["campaign"], "version": config["version"], "policy": config["policy"],
+                "delay": config["delay"], "at": format_time(record["at"])}  # fmt: skip
+    if record["action"] == "plan":
+        return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **record["config"]}
     return {"type": "campaign", "id": record["campaign"], "status": STATUS_AFTER[record["action"]],
             "at": format_time(record["at"])}  # fmt: skip
 

@@ -38,7 +38,7 @@ TIME_KEYS = frozenset({"at", "decided_at", "occurred_at", "start", "end", "recei
 
 QUEUE_KEY = ("campaign", "entry_ms", "entry_seq", "position")
 
-CAMPAIGN_ACTIONS = ("create", "pause", "resume")
+CAMPAIGN_ACTIONS = ("create", "pause", "resume", "policy", "plan")
 
 DECISION_FIELDS = (
     "seq",
@@ -113,7 +113,7 @@ class CampaignEvent(QueueKeyed, Base):
 
     at_us: Mapped[int] = mapped_column(BigInteger)
     action: Mapped[str] = mapped_column(String)
-    config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))  # create only
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))  # create and policy
 
     @staticmethod
     def row(record: Record) -> dict[str, Any]:

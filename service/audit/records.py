@@ -6,7 +6,9 @@ the key (campaign, entry id, position in entry), so draining an entry twice neve
 
 Times are epoch microseconds. Records are plain dicts so that they cross Redis as JSON unchanged.
 
-- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume", "config": {...}}``
+- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume"|"policy"|"plan", "config": {...}}``
+  (``config``: the whole stored campaign for a creation and a policy change; for ``plan``, the plan a planning
+  policy committed, with its version)
 - ``{"type": "decision", "campaign", "seq", "decision_id", "arm", "at", "propensity", "policy",
   "version", "fallback", "request_id"}``
 - ``{"type": "conversion", "campaign", "event_id", "decision_id", "arm", "decided_at",
@@ -31,6 +33,7 @@ class Outcome(StrEnum):
     REPEAT = "repeat"  # a new event_id for a decision that already converted: recorded, not counted
     STALE = "stale"  # its decision was a fallback or of an older policy version: recorded, not counted
     DUPLICATE = "duplicate"  # an event_id (or decision) seen before: not recorded again
+    PHASE_CLOSED = "phase_closed"  # an aggregate for a segment whose feedback was closed: recorded, refused
 
 
 FEEDBACK_TYPES = ("conversion", "aggregate", "watermark")

@@ -90,7 +90,8 @@ class AuditWriter:
     async def _drain(self, campaign: str) -> bool:
         entries = await self.queue.read_audit(campaign, self.batch)
         if entries:
-            written = await asyncio.to_thread(self.log.write, entries)
+            with metrics.AUDIT_WRITE_LATENCY.time():
+                written = await asyncio.to_thread(self.log.write, entries)
             self.rows_written += written
             metrics.AUDIT_ROWS.inc(written)
             await self.queue.ack_audit(campaign, [entry.entry_id for entry in entries])

@@ -7,10 +7,18 @@ from typing import Any
 
 from service.policies.base import ArmStats, Choice, Policy
 from service.policies.baselines import KLUCB, UCB1, Fixed, Thompson, Uniform
+from service.policies.manegueu import AdaptPatientBandits, PatientBandits
+from service.policies.pikeburke import Odaaf, OdaafB, OdaafV, QpmD
+from service.policies.schedule import SchedulePolicy
 from service.policies.vernade import DelayedKLUCB, DelayedUCB
+from service.policies.wang import ArsExp3, ArsUcb, Clw
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB)
+    cls.name: cls
+    for cls in (
+        *(Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, PatientBandits, AdaptPatientBandits),
+        *(Odaaf, OdaafB, OdaafV, QpmD, ArsUcb, ArsExp3, Clw),
+    )
 }
 
 
@@ -24,4 +32,4 @@ def make_policy(name: str, params: Mapping[str, Any], n_arms: int) -> Policy:
     return cls(n_arms, **params)
 
 
-__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "make_policy"]
+__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "make_policy"]

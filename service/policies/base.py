@@ -30,6 +30,12 @@ class ArmStats:
     conversions: np.ndarray  # (R, K) S_k, counted conversions (already censored at the window)
     effective: np.ndarray  # (R, K) Ñ_k = Σ τ(min(age, m)), from the delay model
     t: np.ndarray  # (R,) index of the round being decided = decisions so far + 1
+    # Optional, for the policies that declare they need them (Manegueu 2020, QPM-D); None for the others.
+    tail_weight: np.ndarray | None = None  # (R, K) W_k = Σ_{pulls of k in the window} ψ(age), ψ the policy's
+    delay_counts: np.ndarray | None = None  # (R, K, B) observed delays per log bucket (service/delay_tail.py)
+    band: np.ndarray | None = None  # (R, 2) the answer to a policy's band query: pulls old enough, conversions
+    delay_exposure: np.ndarray | None = None  # (R, K, B) pulls at least as old as each delay bucket's upper edge
+    pending: np.ndarray | None = None  # (R, K) pulls inside the window with no conversion seen (outcome unknown)
 
     def __post_init__(self) -> None:
         shape = np.shape(self.pulls)
@@ -37,12 +43,39 @@ class ArmStats:
             raise ValueError("pulls, conversions and effective must share one (runs, arms) shape")
         if np.shape(self.t) != shape[:1]:
             raise ValueError("t must hold one round index per run")
+        if self.tail_weight is not None and np.shape(self.tail_weight) != shape:
+            raise ValueError("tail_weight must have the (runs, arms) shape")
+        for name in ("delay_counts", "delay_exposure"):
+            value = getattr(self, name)
+            if value is not None and np.shape(value)[:2] != shape:
+                raise ValueError(f"{name} must be (runs, arms, buckets)")
+        if self.band is not None and np.shape(self.band) != (shape[0], 2):
+            raise ValueError("band must be (runs, 2)")
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """ψ(a) = min(1, (a/scale)^−α): a tail bound on the delay, P(D > a) <= ψ(a), for every arm."""
+
+    alpha: np.ndarray  # (R,)
+    scale: float
+
+    def weights(self, ages: np.ndarray) -> np.ndarray:
+        """ψ at ``ages`` (R, ...) in the scale's unit; ages at or below the scale weigh 1."""
+        a = np.asarray(ages, dtype=np.float64)
+        alpha = self.alpha.reshape(self.alpha.shape + (1,) * (a.ndim - 1))
+        with np.errstate(divide="ignore"):
+            ratio = np.maximum(a, 0.0) / self.scale
+            return np.where(ratio <= 1.0, 1.0, np.exp(-alpha * np.log(np.maximum(ratio, 1.0))))
 
 
 @dataclass(frozen=True)
 class Choice:
     arm: np.ndarray  # (R,) int64
     propensity: np.ndarray  # (R,) probability the policy had of choosing that arm
+    # (R, K) the probability of every arm, for the policies that report it (``reports_probabilities``):
+    # an exploration floor and an off-policy evaluation need the chance of arms the policy did not choose.
+    probabilities: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +117,8 @@ def uniform_among(candidates: np.ndarray, rng: np.random.Generator) -> Choice:
     """One True entry per row, uniformly. Always draws R·K uniforms, so a batch of R runs consumes the
     generator exactly like R successive one-run calls (batch and service agree draw for draw)."""
     keys = np.where(candidates, rng.random(candidates.shape), -1.0)
-    return Choice(keys.argmax(axis=1).astype(np.int64), 1.0 / candidates.sum(axis=1))
+    count = candidates.sum(axis=1)
+    return Choice(keys.argmax(axis=1).astype(np.int64), 1.0 / count, candidates / count[:, None])
 
 
 class Policy(ABC):
@@ -93,6 +127,8 @@ class Policy(ABC):
     name: ClassVar[str]
     feedback: ClassVar[str] = "attributed"
     delay_corrected: ClassVar[bool] = False
+    reports_probabilities: ClassVar[bool] = False  # its Choice carries every arm's probability
+    needs_pending: ClassVar[bool] = False  # reads ArmStats.pending (pulls whose outcome is not resolved yet)
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, **params: Any) -> None:
@@ -121,14 +157,48 @@ class Policy(ABC):
         """The value arms are ranked by; nan for a policy that ranks by none."""
         return np.full(np.shape(stats.pulls), np.nan)
 
+    def envelope(self, stats: ArmStats) -> Envelope | None:
+        """The tail envelope ψ whose window sum Σ ψ(age) the policy reads as ``stats.tail_weight``; None when
+        it reads none. ``stats`` then holds everything but ``tail_weight``."""
+        return None
+
+    def needs_band(self) -> bool:
+        """Whether the policy reads ``stats.band`` (per-pull delays by round age: the simulator only)."""
+        return False
+
+    def policy_state(self, stats: ArmStats) -> dict[str, Any]:
+        """What else the policy derives from the statistics, for GET /state (R = 1)."""
+        return {}
+
     @abstractmethod
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         """The arm for each run's next round and the probability it had of being chosen."""
 
 
-class IndexPolicy(Policy):
+class ArgmaxPolicy(Policy):
+    """Policies that rank arms by an index: +inf first (forced exploration), else the argmax."""
+
+    @abstractmethod
+    def index(self, stats: ArmStats) -> np.ndarray:
+        """(R, K) the index; +inf for an arm that must be explored."""
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        """Infinite indices first, least-pulled among them; else the argmax within TIE_RTOL. Ties uniform,
+        propensity 1/#tied (the [recon/ours] tie rule of §2.5)."""
+        index = self.index(stats)
+        forced = np.isposinf(index)
+        pulls = np.where(forced, np.asarray(stats.pulls, dtype=np.float64), np.inf)
+        least = forced & (pulls == pulls.min(axis=1, keepdims=True))
+        finite = np.where(forced, -np.inf, index)
+        top = finite.max(axis=1, keepdims=True)
+        best = finite >= top - TIE_RTOL * np.abs(top)
+        return uniform_among(np.where(forced.any(axis=1, keepdims=True), least, best), rng)
+
+
+class IndexPolicy(ArgmaxPolicy):
     """Optimistic index policies: forced exploration first, then the argmax of the index (§2.5)."""
 
+    reports_probabilities: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"epsilon": Param(float, 0.0, 0.0)}
 
     @abstractmethod
@@ -143,15 +213,3 @@ class IndexPolicy(Policy):
         beta = exploration(stats.t, self._params["epsilon"])[:, None]
         values = self.bound(estimate, stats, np.where(fresh, 1.0, effective), beta)
         return np.where(fresh, np.inf, values)
-
-    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
-        """Infinite indices first, least-pulled among them; else the argmax within TIE_RTOL. Ties uniform,
-        propensity 1/#tied (the [recon/ours] tie rule of §2.5)."""
-        index = self.index(stats)
-        forced = np.isposinf(index)
-        pulls = np.where(forced, np.asarray(stats.pulls, dtype=np.float64), np.inf)
-        least = forced & (pulls == pulls.min(axis=1, keepdims=True))
-        finite = np.where(forced, -np.inf, index)
-        top = finite.max(axis=1, keepdims=True)
-        best = finite >= top - TIE_RTOL * np.abs(top)
-        return uniform_among(np.where(forced.any(axis=1, keepdims=True), least, best), rng)

@@ -18,6 +18,7 @@ class Uniform(Policy):
     """Every arm with probability 1/K, for A/B tests and as the logging policy of unbiased backtests."""
 
     name: ClassVar[str] = "uniform"
+    reports_probabilities: ClassVar[bool] = True
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         return uniform_among(np.ones(np.shape(stats.pulls), dtype=bool), rng)
@@ -27,6 +28,7 @@ class Fixed(Policy):
     """Always the arm at index ``arm`` (the service maps an arm id to its index first)."""
 
     name: ClassVar[str] = "fixed"
+    reports_probabilities: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"arm": Param(int, None, 0)}
 
     def __init__(self, n_arms: int, **params: Any) -> None:
@@ -36,7 +38,9 @@ class Fixed(Policy):
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         runs = np.shape(stats.pulls)[0]
-        return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs))
+        probabilities = np.zeros(np.shape(stats.pulls))
+        probabilities[:, self._params["arm"]] = 1.0
+        return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs), probabilities)
 
 
 class UCB1(IndexPolicy):
@@ -64,9 +68,12 @@ class Thompson(Policy):
     The propensity (the chance the chosen arm is the posterior argmax) has no closed form. It is estimated
     with ``propensity_samples`` further posterior draws M as (1 + hits) / (M + 1): the decision's own
     draw counts as one sample, so the estimate is never 0, which inverse-propensity replays divide by.
+    Every arm's probability comes from the same draws (its hits, plus the decision's draw for the chosen
+    arm), so they sum to 1.
     """
 
     name: ClassVar[str] = "thompson"
+    reports_probabilities: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"propensity_samples": Param(int, 1000, 1, 1_000_000)}
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
@@ -76,8 +83,11 @@ class Thompson(Policy):
         arm = rng.beta(alpha, beta).argmax(axis=1)
         samples = self._params["propensity_samples"]
         per_chunk = max(1, MC_CHUNK // alpha.size)
-        hits = np.zeros(arm.shape)
+        hits = np.zeros(alpha.shape)
+        hits[np.arange(arm.size), arm] = 1.0  # the decision's own draw
+        arms = np.arange(alpha.shape[1])
         for start in range(0, samples, per_chunk):
             draws = rng.beta(alpha, beta, size=(min(per_chunk, samples - start), *alpha.shape))
-            hits += (draws.argmax(axis=2) == arm).sum(axis=0)
-        return Choice(arm.astype(np.int64), (1.0 + hits) / (samples + 1.0))
+            hits += (draws.argmax(axis=2)[..., None] == arms).sum(axis=0)
+        probabilities = hits / (samples + 1.0)
+        return Choice(arm.astype(np.int64), probabilities[np.arange(arm.size), arm], probabilities)

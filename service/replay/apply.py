@@ -4,6 +4,10 @@ semantics and the same exposure code as the live service, so ``replay --dump-sta
 Time is virtual: it is the latest event time seen, and ``as_of`` cuts the log (decisions made and
 conversions occurred after it are left out). Conversions whose decision line is missing from the log
 cannot be attributed to a pull and are skipped and counted in ``skipped``.
+
+A planning campaign (ODAAF, ARS-*, CLW) is replayed from its plan lines (the plans the service committed,
+with the RNG draws they embody) and its decisions, aggregates and watermarks at the times the service
+recorded them, which rebuilds its schedule exactly.
 """
 
 from __future__ import annotations
@@ -18,13 +22,16 @@ import orjson
 
 from service.audit.export import record_to_line
 from service.audit.records import Record
-from service.campaign import Campaign, CampaignStatus
+from service.campaign import Campaign, CampaignStatus, PolicyChange
 from service.config import Settings
 from service.engine import describe_state
 from service.exposure import bucket_moments
 from service.feedback import Conversion, prepare
-from service.store.base import CampaignRefused, Pull
+from service.policies.schedule import Plan
+from service.scheduling import describe_schedule
+from service.store.base import AnonymousEvent, CampaignRefused, Pull
 from service.store.memory import MemoryStore
+from service.store.schedule import ClaimStatus
 from service.timeutil import parse_time
 
 
@@ -82,8 +89,17 @@ class Replayer:
             await self._campaign(line)
         elif kind == "decision":
             await self._decision(line)
+        elif kind == "conversion" and self._plans(line):
+            await self._anonymous(line, AnonymousEvent("aggregate", *self._instant(line), *self._identity(line)))
         elif kind == "conversion":
             await self._conversion(line)
+        elif kind == "aggregate" and self._plans(line):
+            start, end = parse_time(line["start"]), parse_time(line["end"])
+            await self._anonymous(line, AnonymousEvent("aggregate", start, end, float(line["value"]),
+                                                       *self._identity(line)))  # fmt: skip
+        elif kind == "watermark" and self._plans(line):
+            at = parse_time(line["at"])
+            await self._anonymous(line, AnonymousEvent("watermark", at, at, 0.0, None, None, 0))
         else:
             self.skipped[f"{kind}_event"] += 1
 
@@ -96,12 +112,52 @@ class Replayer:
                 self.campaigns[campaign.id] = campaign
             return
         campaign_id, status = line.get("id") or line.get("campaign"), line.get("status")
-        if campaign_id in self.campaigns and status in CampaignStatus.__members__.values():
-            at = line.get("at")
-            if at is not None and not self._advance(parse_time(at)):
-                return
+        if campaign_id not in self.campaigns:
+            return
+        at = line.get("at")
+        if at is not None and not self._advance(parse_time(at)):
+            return
+        if "plan" in line:
+            await self._plan(self.campaigns[campaign_id], line)
+            return
+        if "policy" in line:  # the next policy version, with a fresh state, as the service started it
+            change = PolicyChange(policy=line["policy"], delay=line.get("delay"))
+            changed = await self.store.change_policy(self.campaigns[campaign_id].with_policy(change), {})
+        elif status in CampaignStatus.__members__.values():
             changed = await self.store.set_status(campaign_id, CampaignStatus(status), {})
-            self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
+        else:
+            return
+        self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
+
+    def _plans(self, line: dict[str, Any]) -> bool:
+        campaign = self.campaigns.get(line.get("campaign", ""))
+        return campaign is not None and campaign.plans
+
+    def _instant(self, line: dict[str, Any]) -> tuple[int, int, float]:
+        at = parse_time(line["occurred_at"])
+        return at, at, float(line.get("value", 1.0))
+
+    def _identity(self, line: dict[str, Any]) -> tuple[str | None, str | None, int]:
+        """Event id, decision id and deduplication time of an anonymous event, as the service set them."""
+        campaign = self.campaigns[line["campaign"]]
+        ttl = math.ceil(campaign.allowed_lateness + self.retention)
+        return line.get("event_id"), line.get("decision_id"), ttl
+
+    async def _plan(self, campaign: Campaign, line: dict[str, Any]) -> None:
+        plan, version = Plan.from_json(line["plan"]), int(line["version"])
+        if not await self.store.commit_plan(
+            campaign, version - 1, plan, int(line["consumed"]), {"config": {}}, self.now
+        ):
+            self.skipped["plan_out_of_order"] += 1
+
+    async def _anonymous(self, line: dict[str, Any], event: AnonymousEvent) -> None:
+        received = parse_time(line["received_at"]) if "received_at" in line else event.end
+        if not self._advance(received):
+            return
+        try:
+            await self.store.apply_anonymous(self.campaigns[line["campaign"]], [event], received)
+        except CampaignRefused:
+            self.skipped["feedback_refused"] += 1
 
     async def _decision(self, line: dict[str, Any]) -> None:
         campaign = self.campaigns.get(line["campaign"])
@@ -118,8 +174,12 @@ class Replayer:
         )
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
-        pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {})
-        if counted:  # every logged pull counts, whatever its request_id: the service counted it
+        pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {"at": at})
+        if counted and campaign.plans:
+            claim = await self.store.claim_slot(campaign, pull, None, self.request_ttl)
+            if claim.status is not ClaimStatus.NEW:
+                self.skipped[f"decision_{claim.status.value}"] += 1
+        elif counted:  # every logged pull counts, whatever its request_id: the service counted it
             await self.store.record_decision(campaign, pull, None, self.request_ttl)
         self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)
 
@@ -145,7 +205,10 @@ class Replayer:
     async def state(self, campaign_id: str, as_of: int | None = None) -> dict[str, Any]:
         campaign = self.campaigns[campaign_id]
         snapshot = await self.store.snapshot(campaign)
-        return describe_state(campaign, snapshot, as_of if as_of is not None else self.as_of or self.now)
+        moment = as_of if as_of is not None else self.as_of or self.now
+        if campaign.plans:
+            return describe_schedule(campaign, snapshot.counters, await self.store.schedule_view(campaign), moment)
+        return describe_state(campaign, snapshot, moment)
 
 
 def read_log(path: str) -> Iterable[dict[str, Any]]:

@@ -55,5 +55,7 @@ async def rebuild_redis(
             if remaining > 0:
                 text = "|".join(map(str, value)) if isinstance(value, tuple) else "1"
                 expiring[key] = (text, remaining)
-        await store.replace_state(memory.campaign, snapshot.counters, snapshot.histogram, expiring)
+        await store.replace_state(
+            memory.campaign, snapshot.counters, snapshot.histogram, expiring, snapshot.delays, memory.schedule
+        )
     return list(replayer.campaigns)

@@ -160,3 +160,22 @@ def exposure_for(delays: tuple[DelayModel, ...], window: int | None, horizon: in
     ages = np.arange(horizon + 1, dtype=np.float64)
     capped = ages if window is None else np.minimum(ages, window)
     return BlockConvolution(np.stack([model.cdf(capped) for model in delays]), runs)
+
+
+def weighted_regret(
+    delays: tuple[DelayModel, ...],
+    window: int | None,
+    horizon: int,
+    gaps: np.ndarray,
+    blocks: list[tuple[int, int, np.ndarray]],
+) -> np.ndarray:
+    """(R,) L(T) = Σ_{s <= T} Δ_{A_s}·τ_{A_s}(min(T − s, m)) (= Σ_k Δ_k·Ñ_k(T + 1)) from the rounds played as
+    blocks (first round, rounds, arms (R,)): cumulative sums of the weights over ages make each block O(R)."""
+    ages = np.arange(horizon + 1, dtype=np.float64)
+    capped = ages if window is None else np.minimum(ages, window)
+    weights = np.stack([model.cdf(capped) for model in delays]) * gaps[:, None]  # (K, T + 1) by age
+    below = np.concatenate([np.zeros((len(delays), 1)), np.cumsum(weights, axis=1)], axis=1)  # Σ_{age < a}
+    total = np.zeros(blocks[0][2].shape if blocks else 0)
+    for first, rounds, arms in blocks:  # ages horizon − first down to horizon − first − rounds + 1
+        total += below[arms, horizon - first + 1] - below[arms, horizon - first - rounds + 1]
+    return total

@@ -138,7 +138,13 @@ def run_reproduce(name: str, runs: int | None, json_out: Path | None, plot: Path
     if json_out is not None:
         _write_json(json_out, reproduction_json(reproduction, panels, results, checks))
     if plot is not None:
-        plot_panels([(p.title, results[p.title]) for p in panels], plot, reproduction.figure, markers(reproduction))
+        plot_panels(
+            [(p.title, results[p.title]) for p in panels],
+            plot,
+            reproduction.figure,
+            markers(reproduction),
+            reproduction.ratio_to,
+        )
 
 
 def _panel_title(title: str, scenario: Scenario) -> str:

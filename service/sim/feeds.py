@@ -13,16 +13,22 @@ any index code:
 - ``plugin`` (§2.7, App. D): Ñ from a delay CDF estimated online from the delays seen so far — the
   censored histogram τ̂_s = δ_s/n_d, or, without a window, the geometric μ̂ of stochastic approximation.
   Before the first observed delay the plug-in assumes none (τ̂ ≡ 1, Ñ = N) [ours: App. D gives no start].
+- ``resolution`` (QPM-D, pikeburke2018.md §3): N and S with ``pending``, the pulls whose outcome has not
+  been resolved. In the paper's model every reward, zeros included, reports after its delay, so a pull
+  resolves at the end of round s + ⌈D⌉; with a window m, at s + ⌈min(D, m)⌉ (a conversion arrives by
+  then or never counts). Resolved pulls are usable from the next decision, like conversions.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 import numpy as np
 
+from service.delay_facts import support_end
 from service.policies import ArmStats, Policy
-from service.sim.accounting import Exposure
+from service.sim.accounting import Exposure, exposure_for
 from service.sim.environment import Calendar, Environment, Pull, Ring, one_hot
 from service.sim.scenario import Feed as FeedSpec
 
@@ -58,7 +64,7 @@ class Naive(Feed):
 
 
 class Delayed(Naive):
-    """Ñ from the run's exposure accounting, which the runner advances every round."""
+    """Ñ from the run's exact exposure accounting, advanced with every round's pulls."""
 
     def __init__(self, ledger: Ledger, exposure: Exposure) -> None:
         super().__init__(ledger)
@@ -66,6 +72,9 @@ class Delayed(Naive):
 
     def stats(self, t: np.ndarray) -> ArmStats:
         return ArmStats(self.ledger.pulls, self.ledger.conversions, self._exposure.effective(), t)
+
+    def record(self, pull: Pull) -> None:
+        self._exposure.push(pull.arms)
 
 
 class Discarding(Feed):
@@ -182,13 +191,50 @@ class PluginGeometric(Feed):
         self._decayed = survival[:, None] * (self._decayed + one_hot(pull.arms, self._decayed.shape[1]))
 
 
-def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment, exposure: Exposure) -> Feed:
+class Resolution(Naive):
+    """N, S and the pulls not resolved yet: each pull's resolution is scheduled on a calendar when it is made."""
+
+    def __init__(self, ledger: Ledger, env: Environment) -> None:
+        super().__init__(ledger)
+        runs, n_arms = ledger.pulls.shape
+        self._limit = np.inf if env.window is None else float(env.window)
+        longest = min(max(support_end(model) for model in env.scenario.delays), self._limit)
+        horizon = env.scenario.horizon
+        self._calendar = Calendar(runs, n_arms, horizon if np.isinf(longest) else min(horizon, math.ceil(longest)))
+        self._run_index = np.arange(runs)
+        self._resolved = np.zeros((runs, n_arms))
+
+    def stats(self, t: np.ndarray) -> ArmStats:
+        ledger = self.ledger
+        return ArmStats(ledger.pulls, ledger.conversions, ledger.pulls, t, pending=ledger.pulls - self._resolved)
+
+    def record(self, pull: Pull) -> None:
+        """Schedule this round's resolutions (never, for an infinite delay without a window), then take
+        those due at the end of this round."""
+        resolves = np.minimum(pull.delays, self._limit)
+        due = np.isfinite(resolves)
+        lags = np.ceil(resolves[due]).astype(np.int64)
+        self._calendar.add(lags, self._run_index[due], pull.arms[due], np.ones(lags.size))
+        self._resolved += self._calendar.pop()
+
+
+def default_feed(policy: Policy) -> str:
+    """The feed a policy gets when its scenario entry names none."""
+    if policy.needs_pending:
+        return "resolution"
+    return "delayed" if policy.delay_corrected else "naive"
+
+
+def make_feed(spec: FeedSpec, policy: Policy, ledger: Ledger, env: Environment) -> Feed:
     """The feed a scenario entry asks for (validated by the scenario loader)."""
-    kind = spec.kind or ("delayed" if policy.delay_corrected else "naive")
+    kind = spec.kind or default_feed(policy)
+    if kind == "resolution":
+        return Resolution(ledger, env)
     if kind == "naive":
         return Naive(ledger)
     if kind == "delayed":
-        return Delayed(ledger, exposure)
+        scenario = env.scenario
+        return Delayed(ledger, exposure_for(scenario.delays, env.window, scenario.horizon, env.runs))
     if kind.startswith("discarding"):
         return Discarding(ledger, env, literal=kind == "discarding-literal")
     if env.window is not None:

@@ -1,7 +1,9 @@
 """The vectorised runner: each policy of a scenario plays R independent runs at once, on the same world.
 
 Per round there is one ``policy.choose`` call on (R, K) statistics and a fixed number of array operations:
-no Python loop over runs. Policies run one after the other, each on a fresh Environment with the same
+no Python loop over runs. Policies that play planned segments are played in blocks of rounds during which
+no run changes arm (one set of array operations per block); the regret is still added round by round.
+Policies run one after the other, each on a fresh Environment with the same
 seed, so they meet the same rewards and delays (common random numbers) and each gets its own timing.
 Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s} of CONTRACT.md; the τ-weighted L(T) of vernade2017.md §1.4
 (the expected conversions missed by T, Σ_s Δ_{A_s}·τ(min(T − s, m)) = Σ_k Δ_k·Ñ_k(T + 1)) is kept too.
@@ -16,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from service.policies import make_policy
-from service.sim.accounting import exposure_for
+from service.policies import Policy, SchedulePolicy
 from service.sim.environment import Environment, policy_generator
-from service.sim.feeds import Ledger, make_feed
-from service.sim.scenario import PolicySpec, Scenario, ScenarioError
+from service.sim.feeds import Ledger
+from service.sim.patient import make_feed
+from service.sim.players import FeedPlayer, Observer, Player, SchedulePlayer
+from service.sim.scenario import PolicySpec, Scenario, ScenarioError, scenario_policy
 
 CURVE_POINTS = 200  # rounds recorded for curves, on top of the checkpoints (linear and geometric grids)
 PROGRESS_EVERY = 250  # rounds between progress callbacks
@@ -75,49 +78,58 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 
 
 def check_runnable(scenario: Scenario) -> None:
-    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it)."""
+    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it).
+    Attributed conversions can always be summed into anonymous observations (DESIGN.md), not the reverse."""
     for i, spec in enumerate(scenario.policies):
-        consumes = make_policy(spec.name, spec.params, scenario.n_arms).feedback
-        if consumes != scenario.feedback:
+        consumes = make_policy_for(scenario, spec).feedback
+        if consumes == "attributed" and scenario.feedback != "attributed":
             raise ScenarioError(
-                f"policies[{i}] {spec.label!r} consumes {consumes} feedback, but this scenario's feedback is "
-                f"{scenario.feedback!r}. No policy of this version consumes anonymous or composite feedback yet "
-                "(ODAAF and ARS-UCB come with the Pike-Burke 2018 and Wang 2021 issues); the simulator's "
-                "environment already generates these observations (service/sim/environment.py)."
+                f"policies[{i}] {spec.label!r} learns from attributed conversions, but this scenario's feedback "
+                f"is {scenario.feedback!r}: only sums are observed. Use a policy for anonymous feedback (odaaf, "
+                "odaaf-b, odaaf-v, ars-ucb, ars-exp3, clw) or feedback 'attributed'."
             )
 
 
+def make_policy_for(scenario: Scenario, spec: PolicySpec) -> Policy:
+    return scenario_policy(spec.name, spec.params, scenario.delays, scenario.horizon)
+
+
 def run_policy(
-    scenario: Scenario, spec: PolicySpec, progress: Progress | None = None, runs: int | None = None, first_run: int = 0
+    scenario: Scenario,
+    spec: PolicySpec,
+    progress: Progress | None = None,
+    runs: int | None = None,
+    first_run: int = 0,
+    observe: Observer | None = None,
 ) -> PolicyResult:
-    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``."""
-    policy = make_policy(spec.name, spec.params, scenario.n_arms)
+    """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``;
+    ``observe`` sees every round's choices and pulls (to write event logs, service/sim/logs.py)."""
+    policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
     count = env.runs
-    ledger = Ledger(count, scenario.n_arms)
-    exposure = exposure_for(scenario.delays, scenario.window, scenario.horizon, count)
-    feed = make_feed(spec.feed, policy, ledger, env, exposure)
     rng = policy_generator(scenario.seed)
+    player: Player
+    if isinstance(policy, SchedulePolicy):
+        player = SchedulePlayer(policy, env, rng, observe)
+    else:
+        feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env)
+        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
-    regret, t, run_index = np.zeros(count), np.empty(count), np.arange(count)
-    point, reported, started = 0, 0, time.perf_counter()
-    for n in range(1, scenario.horizon + 1):
-        t.fill(n)
-        arms = policy.choose(feed.stats(t), rng).arm
-        pull = env.pull(arms)
-        ledger.pulls[run_index, arms] += 1.0
-        exposure.push(arms)
-        feed.record(pull)
-        ledger.conversions += env.observe(env.end_round())
-        regret += env.gaps[arms]
-        if n == grid[point]:
+    regret = np.zeros(count)
+    point, reported, started, n = 0, 0, time.perf_counter(), 1
+    while n <= scenario.horizon:
+        rounds = min(player.longest_block(), grid[point] - n + 1)
+        arms = player.play_block(rounds)
+        regret = np.cumsum(np.vstack([regret[None, :], np.tile(env.gaps[arms], (rounds, 1))]), axis=0)[-1]
+        n += rounds
+        if n - 1 == grid[point]:
             curve[point] = regret
             point += 1
-        if progress is not None and (n % PROGRESS_EVERY == 0 or n == scenario.horizon):
-            progress(n - reported)
-            reported = n
-    weighted = exposure.effective() @ env.gaps
+        if progress is not None and (n - 1 - reported >= PROGRESS_EVERY or n > scenario.horizon):
+            progress(n - 1 - reported)
+            reported = n - 1
+    weighted = player.weighted()
     return PolicyResult(spec.label, grid, curve, weighted, time.perf_counter() - started)
 
 

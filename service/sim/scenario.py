@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,17 +18,21 @@ from typing import Any
 
 import yaml
 
+from service.delay_facts import FACT_PARAMS, delay_fact, with_delay_facts
 from service.delays import DelayModel, delay_from_spec
-from service.policies import make_policy
+from service.policies import POLICIES, Policy, SchedulePolicy, make_policy
+from service.policies.floor import check_floor
 
 REWARDS = ("bernoulli", "bounded")
 FEEDBACKS = ("attributed", "anonymous", "composite")
-# What a policy is shown (service/sim/feeds.py). None in a spec means the policy's own: "delayed" for a
-# delay-corrected policy, "naive" otherwise.
-FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin")
+# What a policy is shown (service/sim/feeds.py). None in a spec means the policy's own: "resolution" for a
+# policy that reads pending pulls (qpm-d), "delayed" for a delay-corrected policy, "naive" otherwise.
+FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin", "resolution")
 KEYS = {"horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints"}
-POLICY_KEYS = {"name", "params", "label", "feed"}
+POLICY_KEYS = {"name", "params", "label", "feed", "exploration_floor"}
 MAX_LABEL = 64
+MAX_SPREAD = 10_000  # parts of a composite reward (each round's pulls schedule all of them)
+SPREAD_SUM_TOLERANCE = 1e-6
 
 
 class ScenarioError(ValueError):
@@ -96,11 +101,14 @@ class PolicySpec:
     params: Mapping[str, Any]
     label: str
     feed: Feed = field(default_factory=Feed)
+    exploration_floor: float = 0.0  # as the campaign option (service/policies/floor.py)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "params": dict(self.params), "label": self.label}
         if self.feed.kind is not None:
             out["feed"] = self.feed.to_json()
+        if self.exploration_floor:
+            out["exploration_floor"] = self.exploration_floor
         return out
 
 
@@ -117,7 +125,7 @@ class Scenario:
     shared_delay: bool
     window: int | None
     feedback: str
-    spread: int
+    spread: tuple[float, ...]  # the fraction of a composite reward paid in each of its consecutive rounds
     policies: tuple[PolicySpec, ...]
     checkpoints: tuple[int, ...]
 
@@ -145,7 +153,8 @@ class Scenario:
             "checkpoints": list(self.checkpoints),
         }
         if self.feedback == "composite":
-            out["spread"] = self.spread
+            equal = all(part == 1.0 / len(self.spread) for part in self.spread)
+            out["spread"] = len(self.spread) if equal else list(self.spread)
         return out
 
 
@@ -183,11 +192,18 @@ def _feed(value: object, where: str) -> Feed:
     return Feed(kind, float(gamma))
 
 
-def _check_feed(feed: Feed, delay_corrected: bool, scenario: Mapping[str, Any], where: str) -> None:
+def _check_feed(feed: Feed, policy: Policy, scenario: Mapping[str, Any], where: str) -> None:
     """Refuse feeds that would silently change nothing or have no meaning in this scenario."""
+    if policy.needs_pending or feed.kind == "resolution":
+        if feed.kind not in (None, "resolution") or not policy.needs_pending:
+            raise ScenarioError(
+                f"{where}: feed 'resolution' (pending pulls) is the feed of qpm-d, and qpm-d needs it; "
+                f"got feed {feed.kind!r} for policy {policy.name!r}"
+            )
+        return
     if feed.kind in (None, "naive"):
         return
-    if not delay_corrected:
+    if not policy.delay_corrected:
         raise ScenarioError(
             f"{where}: feed {feed.kind!r} changes the count a delay-corrected policy divides by; this policy is "
             "delay-naive (it divides by raw pulls), so use delayed-ucb or delayed-klucb"
@@ -202,6 +218,22 @@ def _check_feed(feed: Feed, delay_corrected: bool, scenario: Mapping[str, Any], 
             raise ScenarioError(f"{where}: gamma is for the uncensored plug-in (no window); the censored one counts")
 
 
+def scenario_policy(name: object, params: Mapping[str, Any], delays: Sequence[DelayModel], horizon: int) -> Policy:
+    """The policy of a scenario entry. A policy playing planned segments gets, unless its params say
+    otherwise, the scenario's horizon and the delay facts it needs (in rounds) from the delay model; with one
+    delay per arm, the largest fact over the arms (the papers assume one delay for all arms, and an upper
+    bound is allowed by their assumptions A1–A3)."""
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is None or not issubclass(cls, SchedulePolicy):
+        return make_policy(name, params, len(delays))  # type: ignore[arg-type]
+    filled = {"horizon": horizon, **params}
+    for param, fact in FACT_PARAMS.items():
+        largest = max(delay_fact(model, fact) for model in delays)
+        if param in cls.PARAMS and filled.get(param) is None and math.isfinite(largest):
+            filled[param] = largest
+    return make_policy(name, with_delay_facts(str(name), cls.PARAMS, filled, delays[0], 1.0), len(delays))
+
+
 def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, ...]:
     specs = []
     for i, entry in enumerate(_list(value, "policies")):
@@ -210,20 +242,44 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
         _no_extra(data, POLICY_KEYS, where)
         name, params = data.get("name"), data.get("params", {})
         try:
-            policy = make_policy(name, _mapping(params, f"{where}.params"), len(scenario["arms"]))
+            policy = scenario_policy(name, _mapping(params, f"{where}.params"), scenario["delays"], scenario["horizon"])
         except ValueError as error:
             raise ScenarioError(f"{where}: {error}") from error
         label = data.get("label", name)
         if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL:
             raise ScenarioError(f"{where}.label must be a string of 1 to {MAX_LABEL} characters")
         feed = _feed(data.get("feed"), f"{where}.feed")
-        _check_feed(feed, policy.delay_corrected, scenario, where)
-        specs.append(PolicySpec(name, dict(params), label, feed))
+        _check_feed(feed, policy, scenario, where)
+        floor = _probability(data.get("exploration_floor", 0.0), f"{where}.exploration_floor")
+        try:
+            check_floor(policy, floor)
+        except ValueError as error:
+            raise ScenarioError(f"{where}: {error}") from error
+        specs.append(PolicySpec(name, dict(params), label, feed, floor))
     labels = [spec.label for spec in specs]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
         raise ScenarioError(f"policies: label {repeated[0]!r} is used twice; give each entry its own 'label'")
     return tuple(specs)
+
+
+def _spread(value: object) -> tuple[float, ...]:
+    """An integer n (equal parts over n rounds) or the list of the parts' fractions, summing to 1 (a shape
+    of Wang 2021 §5.1, e.g. linearly decreasing; an infinite shape is given truncated)."""
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        count = _integer(value, "spread", 1)
+        return (1.0 / count,) * count
+    parts = _list(value, "spread")
+    if len(parts) > MAX_SPREAD:
+        raise ScenarioError(f"spread lists at most {MAX_SPREAD} parts (got {len(parts)})")
+    fractions = []
+    for i, part in enumerate(parts):
+        if isinstance(part, bool) or not isinstance(part, numbers.Real) or not 0.0 <= float(part) <= 1.0:
+            raise ScenarioError(f"spread[{i}] must be a number in [0, 1] (got {_show(part)})")
+        fractions.append(float(part))
+    if abs(sum(fractions) - 1.0) > SPREAD_SUM_TOLERANCE:
+        raise ScenarioError(f"spread: the parts' fractions must sum to 1 (got {sum(fractions):.6g})")
+    return tuple(fractions)
 
 
 def _checkpoints(value: object, horizon: int) -> tuple[int, ...]:
@@ -250,8 +306,8 @@ def scenario_from_mapping(data: object) -> Scenario:
     feedback = _choice(data.get("feedback", "attributed"), "feedback", FEEDBACKS)
     if "spread" in data and feedback != "composite":
         raise ScenarioError("spread is only used with feedback 'composite'")
-    spread = _integer(data.get("spread"), "spread", 1) if feedback == "composite" else 1
-    context = {"arms": arms, "window": window, "shared_delay": shared}
+    spread = _spread(data.get("spread")) if feedback == "composite" else (1.0,)
+    context = {"arms": arms, "window": window, "shared_delay": shared, "delays": delays, "horizon": horizon}
     return Scenario(
         horizon=horizon,
         runs=_integer(data.get("runs", 100), "runs", 1),

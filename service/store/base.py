@@ -1,8 +1,9 @@
 """The state-store interface and the plain data it exchanges with the decision engine.
 
-The per-campaign state does not depend on the policy: raw counters per arm, plus a histogram of the
+The per-campaign state does not depend on the policy: raw counters per arm, a histogram of the
 pulls still inside the censoring window (per arm and time bucket: count, summed offset (ms) inside the bucket,
-summed exponential moments, conversions seen). Every field only ever grows by addition, so the state does
+summed exponential moments, conversions seen), and per arm the counts of observed conversion delays in the
+fixed log-spaced buckets of service/delay_tail.py. Every field only ever grows by addition, so the state does
 not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
 A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
 keeps the state bounded by the window, not by traffic.
@@ -19,6 +20,9 @@ import numpy as np
 from service.audit.queue import AuditQueue
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
+from service.policies.schedule import Plan
+from service.store.schedule import Claim, ScheduleView
 
 
 class StoreUnavailable(RuntimeError):
@@ -26,13 +30,19 @@ class StoreUnavailable(RuntimeError):
 
 
 class CampaignRefused(RuntimeError):
-    """Feedback for a campaign that is unknown or paused; the message is the rejection reason.
+    """Feedback for a campaign that is unknown, paused or at another policy version (``moved``); the message
+    is the reason.
     ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
     applied in several atomic chunks can be paused between two of them)."""
 
     def __init__(self, reason: str, applied: list[Outcome] | None = None) -> None:
         super().__init__(reason)
         self.applied = applied or []
+
+
+class CampaignMoved(RuntimeError):
+    """The campaign is at another policy version than the caller's copy of it (a policy change happened in
+    between): reload the campaign and try again."""
 
 
 @dataclass
@@ -71,6 +81,11 @@ class Histogram:
 class StateSnapshot:
     counters: Counters
     histogram: Histogram
+    delays: np.ndarray | None = None  # int64 (K, delay_tail.BUCKETS): first conversions of counted pulls
+
+    def delay_counts(self) -> np.ndarray:
+        arms = len(self.counters.pulls)
+        return self.delays if self.delays is not None else np.zeros((arms, BUCKETS), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,7 @@ class DecisionStatus(StrEnum):
     REPEATED = "repeated"  # a retried request_id: the earlier decision is returned
     PAUSED = "paused"
     UNKNOWN = "unknown"
+    MOVED = "moved"  # the campaign's policy version changed: reload it (CampaignMoved)
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,21 @@ class DecisionResult:
 
 
 @dataclass(frozen=True)
+class AnonymousEvent:
+    """A verified aggregate (an attributed conversion is one over the instant it occurred at) or watermark,
+    for a campaign whose policy learns from sums."""
+
+    kind: str  # "aggregate" or "watermark"
+    start: int  # µs; the watermark's time for a watermark
+    end: int
+    value: float
+    event_id: str | None
+    decision_id: str | None  # a conversion's decision: one conversion per decision, as for attributed ones
+    dedup_ttl: int
+    record: Record = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PreparedConversion:
     """A verified conversion, classified by everything that does not need the store's memory."""
 
@@ -110,11 +141,12 @@ class PreparedConversion:
     arm: int
     bucket: int
     value: float
-    counts: bool  # within the window, of a counted pull of the current policy version
+    counts: bool  # within the window, of a counted pull of the current policy version (the store checks it is)
     censored: bool  # later than the window
     event_id: str | None
     dedup_ttl: int  # seconds the event_id and the decision's conversion are remembered
     record: Record = field(default_factory=dict)
+    delay_bucket: int = 0  # delay_tail bucket of the delay, counted with the decision's first conversion
 
 
 class StateStore(AuditQueue, Protocol):
@@ -129,6 +161,12 @@ class StateStore(AuditQueue, Protocol):
     async def list_campaigns(self) -> list[str]: ...
 
     async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None: ...
+
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        """Store ``campaign`` (the next policy version, ``version`` one above the stored one) and reset its
+        counters and histogram, atomically with its audit record; None if unknown, CampaignMoved if the
+        stored version is not the one before."""
+        ...
 
     async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:
         """The campaign's state; a store may serve a histogram up to ``max_age`` seconds old (counters fresh
@@ -151,4 +189,25 @@ class StateStore(AuditQueue, Protocol):
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
         """Move matured histogram cells into the arms' ``matured`` counters (idempotent)."""
+        ...
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        """Atomically: the earlier decision of ``request_id``; or refuse (paused, unknown, no plan); or, if
+        the next slot's segment has the arm and propensity of ``pull``, take the slot, count the decision
+        and queue its audit record; else MOVED with the slot's arm and propensity, nothing changed."""
+        ...
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView: ...
+
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
+        """Install ``plan`` unless a plan was committed since version ``expected``; drop the ``consumed``
+        first closed records (the plan has learnt from them) and queue ``record`` for audit. Times (here
+        ``now``, a claim's ``pull.record["at"]``) are the engine's, so that a replay of the log repeats them."""
+        ...
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
+        outcome per event (an ``Outcome`` value or ``before_decision``)."""
         ...

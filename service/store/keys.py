@@ -6,6 +6,7 @@ script over them stays legal on a cluster. Only the registry of campaign ids liv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -22,7 +23,8 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.dedup, self.dedup_expiry)
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.dedup_expiry)
+        names += self.schedule_names()
         return [name(campaign) for name in names]
 
     def config(self, campaign: str) -> str:
@@ -35,6 +37,10 @@ class Keys:
     def cells(self, campaign: str) -> str:
         """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments)."""
         return self._tagged(campaign, "cells")
+
+    def delays(self, campaign: str) -> str:
+        """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/delay_tail.py)."""
+        return self._tagged(campaign, "delays")
 
     def audit(self, campaign: str) -> str:
         """Stream of audit entries waiting for the writer."""
@@ -54,6 +60,26 @@ class Keys:
     def dedup_expiry(self, campaign: str) -> str:
         """Sorted set of the dedup fields by expiry time (seconds), so old entries can be dropped in bulk."""
         return self._tagged(campaign, "dedup:expiry")
+
+    def schedule_names(self) -> tuple[Callable[[str], str], ...]:
+        return (self.sched, self.segments, self.starts, self.closed)
+
+    def sched(self, campaign: str) -> str:
+        """Hash of a planning policy's schedule: plan, version, slots, watermark (store/schedule.py)."""
+        return self._tagged(campaign, "sched")
+
+    def segments(self, campaign: str) -> str:
+        """Hash of the open segment records: ``<id>:j|a|c|f|s|x|y|r`` (segment JSON, arm, counted, first
+        slot, start, end, next first slot, reward)."""
+        return self._tagged(campaign, "segments")
+
+    def starts(self, campaign: str) -> str:
+        """Sorted set of the open segment record ids by start time (µs)."""
+        return self._tagged(campaign, "starts")
+
+    def closed(self, campaign: str) -> str:
+        """List of the closed segment records (JSON) not yet given to a plan."""
+        return self._tagged(campaign, "closed")
 
     def tagged(self, campaign: str, suffix: str) -> str:
         """A campaign key from its suffix, for keys restored by a rebuild (``req:<request id>``)."""

@@ -17,7 +17,11 @@ import numpy as np
 from service.audit.queue import QueueEntry
 from service.audit.records import Outcome, Record
 from service.campaign import Campaign, CampaignStatus
+from service.delay_tail import BUCKETS
+from service.policies.schedule import Plan
 from service.store.base import (
+    AnonymousEvent,
+    CampaignMoved,
     CampaignRefused,
     Counters,
     DecisionResult,
@@ -27,6 +31,7 @@ from service.store.base import (
     Pull,
     StateSnapshot,
 )
+from service.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, next_slot
 from service.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
@@ -50,6 +55,13 @@ class CampaignMemory:
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
     histogram_at: int = 0
+    delays: np.ndarray | None = None  # (K, delay_tail.BUCKETS) observed delays; zeros at creation
+
+    def __post_init__(self) -> None:
+        if self.delays is None:
+            self.delays = np.zeros((len(self.campaign.arms), BUCKETS), dtype=np.int64)
+
+    schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
 
 
 class MemoryStore:
@@ -87,6 +99,18 @@ class MemoryStore:
         self._queue(memory, [record])
         return memory.campaign
 
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return None
+        if memory.campaign.version + 1 != campaign.version:
+            raise CampaignMoved(campaign.id)
+        memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
+        memory.counters = Counters.zeros(len(campaign.arms))
+        memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
+        self._queue(memory, [record])
+        return memory.campaign
+
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
@@ -94,10 +118,9 @@ class MemoryStore:
         seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B)."""
         memory = self._campaigns[campaign.id]
         now = self._clock()
-        if memory.histogram is not None and now - memory.histogram_at <= max_age * MICROS:
-            return StateSnapshot(_copy(memory.counters), memory.histogram)
-        memory.histogram, memory.histogram_at = self._histogram(memory), now
-        return StateSnapshot(_copy(memory.counters), memory.histogram)
+        if memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
+            memory.histogram, memory.histogram_at = self._histogram(memory), now
+        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())  # type: ignore[union-attr]
 
     @staticmethod
     def _histogram(memory: CampaignMemory) -> Histogram:
@@ -122,6 +145,8 @@ class MemoryStore:
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
+        if memory.campaign.version != campaign.version:
+            return DecisionResult(DecisionStatus.MOVED)
         if memory.campaign.status is CampaignStatus.PAUSED:
             return DecisionResult(DecisionStatus.PAUSED)
         counters = memory.counters
@@ -145,11 +170,7 @@ class MemoryStore:
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            raise CampaignRefused("unknown")
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            raise CampaignRefused("paused")
+        memory = self._accepting_feedback(campaign)
         outcomes: list[Outcome] = []
         recorded: list[Record] = []
         for event in events:
@@ -169,6 +190,8 @@ class MemoryStore:
             if event.event_id is None:
                 return Outcome.DUPLICATE
             return Outcome.CENSORED if event.censored else Outcome.REPEAT
+        if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
+            memory.delays[event.arm, event.delay_bucket] += 1  # type: ignore[index]
         if event.censored:
             return Outcome.CENSORED
         if not event.counts:
@@ -187,6 +210,98 @@ class MemoryStore:
                 memory.counters.matured[arm] += cell.count
         memory.histogram = None  # its folded cells now count in ``matured``
 
+    # schedules (planning policies) ---------------------------------------------------------------------
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return Claim(ClaimStatus.UNKNOWN)
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if memory.campaign.version != campaign.version:
+            return Claim(ClaimStatus.MOVED)
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            return Claim(ClaimStatus.PAUSED)
+        book = memory.schedule
+        if book.plan is None:
+            return Claim(ClaimStatus.NEEDS_PLAN)
+        now = pull.record["at"]
+        slot = next_slot(book.slot, now, campaign.created_at, campaign.slot_us)
+        index, segment = book.resolve(slot)
+        if index == -1:
+            book.end_plan(now, campaign.created_at, campaign.slot_us)
+            book.close_ready(now, campaign.lateness_us)
+            if book.due():
+                return Claim(ClaimStatus.NEEDS_PLAN, version=book.version)
+        if (segment.arm, segment.propensity) != (pull.arm, pull.propensity):
+            return Claim(ClaimStatus.OTHER_ARM, segment.arm, segment.propensity, version=book.version)
+        book.claim(slot, now, campaign.created_at, campaign.slot_us)
+        book.close_ready(now, campaign.lateness_us)
+        memory.counters.decisions += 1
+        memory.counters.pulls[pull.arm] += 1
+        self.remember_request(campaign, request_id, pull, ttl)
+        self._queue(memory, [{**pull.record, "seq": memory.counters.decisions}])
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, book.version)
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView:
+        return self._campaigns[campaign.id].schedule.view()
+
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return False
+        earliest = next_slot(0, now, campaign.created_at, campaign.slot_us)
+        if not memory.schedule.commit(expected, plan, consumed, earliest if campaign.slot_us else 0):
+            return False
+        self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])
+        return True
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        memory = self._accepting_feedback(campaign)
+        book = memory.schedule
+        outcomes, recorded = [], []
+        for event in events:
+            outcome = self._classify_anonymous(memory, event)
+            outcomes.append(outcome)
+            if outcome in (Outcome.COUNTED, Outcome.PHASE_CLOSED):
+                recorded.append({**event.record, "outcome": outcome})
+        book.close_ready(now, campaign.lateness_us)
+        if recorded:
+            self._queue(memory, recorded)
+        return outcomes
+
+    def _accepting_feedback(self, campaign: Campaign) -> CampaignMemory:
+        """The campaign's memory, or CampaignRefused: unknown, at another policy version, or paused."""
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            raise CampaignRefused("paused")
+        return memory
+
+    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> str:
+        book = memory.schedule
+        if event.kind == "watermark":
+            book.watermark = max(book.watermark, event.start)
+            return Outcome.COUNTED
+        if event.event_id is not None and self._get(memory, f"ev:{event.event_id}") is not None:
+            return Outcome.DUPLICATE
+        if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
+            return Outcome.DUPLICATE
+        outcome = book.credit(event.start, event.end, event.value)
+        if outcome == "before_decision":
+            return outcome
+        if event.event_id is not None:
+            self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
+        if event.decision_id is not None:
+            self._set(memory, f"cv:{event.decision_id}", True, event.dedup_ttl)
+        return Outcome.COUNTED if outcome == "counted" else Outcome.PHASE_CLOSED
+
     # rebuilds -------------------------------------------------------------------------------------
 
     def export_campaign(self, campaign_id: str) -> CampaignMemory:
@@ -196,7 +311,9 @@ class MemoryStore:
         """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` seconds (from
         the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
-        self._campaigns[memory.campaign.id] = CampaignMemory(memory.campaign, memory.counters, memory.cells, expiring)
+        self._campaigns[memory.campaign.id] = CampaignMemory(
+            memory.campaign, memory.counters, memory.cells, expiring, delays=memory.delays, schedule=memory.schedule
+        )
 
     # audit queue ----------------------------------------------------------------------------------
 

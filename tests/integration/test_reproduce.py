@@ -95,7 +95,11 @@ def test_bad_scenarios_exit_2_with_a_message(tmp_path: Path) -> None:
         "bad.yaml": SCENARIO | {"arms": [0.5, "high"]},
         "anonymous.yaml": SCENARIO | {"feedback": "anonymous"},
     }
-    messages = ["cannot read it", "arms[1] must be a number in [0, 1]", "No policy of this version consumes anonymous"]
+    messages = [
+        "cannot read it",
+        "arms[1] must be a number in [0, 1]",
+        "learns from attributed conversions, but this scenario's feedback is 'anonymous'",
+    ]
     for (name, data), message in zip(cases.items(), messages, strict=True):
         path = tmp_path / name if data is None else write(tmp_path, data, name)
         result = runner.invoke(app, ["simulate", str(path)])

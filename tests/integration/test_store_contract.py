@@ -134,6 +134,26 @@ async def test_conversion_outcomes(store: StateStore) -> None:
     assert (await store.snapshot(campaign)).counters.conversions.tolist() == [0.0, 2.0, 0.0]
 
 
+async def test_first_conversions_of_counted_pulls_fill_the_delay_histogram(store: StateStore) -> None:
+    """manegueu2020 issue: the delay of a counted pull's first conversion, censored or not, is counted once in
+    the same atomic step; duplicates, repeats and conversions of uncounted pulls are not."""
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    events = [
+        conversion(campaign, "d1", 0, T0, "e1", delay_bucket=5),
+        conversion(campaign, "d1", 0, T0, "e1", delay_bucket=5),  # duplicate event
+        conversion(campaign, "d1", 0, T0, "e2", delay_bucket=7),  # repeat of a converted decision
+        conversion(campaign, "d2", 0, T0, None, delay_bucket=40, censored=True),  # censored: still data
+        conversion(campaign, "d3", 1, T0, None, delay_bucket=5, counts=False),  # stale pull: not counted
+        conversion(campaign, "d4", 2, T0, None, delay_bucket=0),
+    ]
+    await store.apply_conversions(campaign, events)
+    delays = (await store.snapshot(campaign)).delay_counts()
+    expected = np.zeros_like(delays)
+    expected[0, 5] = expected[0, 40] = expected[2, 0] = 1
+    np.testing.assert_array_equal(delays, expected)
+
+
 async def test_paused_and_unknown_campaigns(store: StateStore) -> None:
     campaign = make_campaign()
     await store.create_campaign(campaign, {})
@@ -260,6 +280,8 @@ operations = st.lists(
             st.sampled_from([None, "e1", "e2", "e3"]),
             st.sampled_from([0.0, 0.1, 0.7, 1.0]),
             st.booleans(),  # censored
+            st.integers(0, 63),  # delay bucket
+            st.booleans(),  # counts (a counted pull of the current version)
         ),
         st.tuples(st.just("pause"), st.booleans()),
         st.tuples(st.just("fold")),
@@ -290,7 +312,7 @@ async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, steps: lis
             )
             counters = state.counters
             seen[position] += [counters.decisions, counters.pulls.tolist(), counters.conversions.tolist()]
-            seen[position] += [counters.matured.tolist(), sorted(cells), audit]
+            seen[position] += [counters.matured.tolist(), sorted(cells), audit, state.delay_counts().tolist()]
         assert seen[0] == seen[1]
     finally:
         client = redis_store.client
@@ -307,10 +329,12 @@ async def _apply(store: StateStore, campaign: Campaign, step: tuple) -> object:
         result = await store.record_decision(campaign, pull(campaign, arm, at, f"d{at}-{arm}"), request_id, 60)
         return (result.status, result.decision_id)
     if kind == "convert":
-        _, which, event_id, value, censored = step
-        event = conversion(campaign, f"d{which}", which % 3, T0 - which * 3_600_000_000, event_id, censored=censored)
+        _, which, event_id, value, censored, delay_bucket, counts = step
+        at = T0 - which * 3_600_000_000
+        event = conversion(campaign, f"d{which}", which % 3, at, event_id, censored=censored, counts=counts)
+        changed = {**event.__dict__, "value": value, "delay_bucket": delay_bucket}
         try:
-            return await store.apply_conversions(campaign, [PreparedConversion(**{**event.__dict__, "value": value})])
+            return await store.apply_conversions(campaign, [PreparedConversion(**changed)])
         except CampaignRefused as refused:
             return str(refused)
     if kind == "pause":

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from service.policies import POLICIES, ArmStats, Policy, make_policy
+from service.delay_tail import BUCKETS
+from service.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
 DELAYED = {"delayed-ucb", "delayed-klucb"}
@@ -93,13 +94,26 @@ def random_stats(rng: np.random.Generator, runs: int, arms: int) -> ArmStats:
         column[tied, 1] = column[tied, 0]
     t = pulls.sum(axis=1) + 1 + rng.integers(0, 1000, runs)
     t[rng.random(runs) < 0.05] = 1
-    return ArmStats(pulls.astype(np.float64), conversions.astype(np.float64), effective, t)
+    tail_weight = pulls * rng.uniform(0.0, 1.0, (runs, arms))  # Manegueu 2020: W <= N
+    delay_counts = rng.poisson(
+        rng.uniform(0.0, 5.0, (runs, arms, 1)) / (1.0 + np.arange(BUCKETS)), (runs, arms, BUCKETS)
+    )
+    pending = np.floor((pulls - conversions) * rng.uniform(0.0, 1.0, (runs, arms)))
+    pending[tied, 1] = pending[tied, 0]
+    return ArmStats(
+        pulls.astype(np.float64), conversions.astype(np.float64), effective, t,
+        pending=pending, tail_weight=tail_weight, delay_counts=delay_counts,
+    )  # fmt: skip
 
 
 def row(stats: ArmStats, r: int) -> ArmStats:
+    one = slice(r, r + 1)
     return ArmStats(
-        stats.pulls[r : r + 1], stats.conversions[r : r + 1], stats.effective[r : r + 1], stats.t[r : r + 1]
-    )
+        stats.pulls[one], stats.conversions[one], stats.effective[one], stats.t[one],
+        pending=None if stats.pending is None else stats.pending[one],
+        tail_weight=None if stats.tail_weight is None else stats.tail_weight[one],
+        delay_counts=None if stats.delay_counts is None else stats.delay_counts[one],
+    )  # fmt: skip
 
 
 def tile(stats: ArmStats, runs: int) -> ArmStats:
@@ -274,7 +288,9 @@ def test_thompson_propensity_is_never_zero() -> None:
 
 
 def all_policies(arms: int) -> list[Policy]:
-    return [make_policy(name, {"arm": 1} if name == "fixed" else {}, arms) for name in POLICIES]
+    """Every policy that decides from per-arm statistics (the planning ones are tested on their plans)."""
+    chosen = [name for name, cls in POLICIES.items() if not issubclass(cls, SchedulePolicy)]
+    return [make_policy(name, {"arm": 1} if name == "fixed" else {}, arms) for name in chosen]
 
 
 @pytest.mark.parametrize("policy", all_policies(4), ids=lambda policy: policy.name)
@@ -314,9 +330,12 @@ def test_purity(policy: Policy) -> None:
 
 
 def test_registry_matches_contract_names() -> None:
-    assert set(POLICIES) == {"uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb"}
+    attributed = {"uniform", "fixed", "ucb1", "klucb", "thompson", "delayed-ucb", "delayed-klucb", "qpm-d"}
+    attributed |= {"patient-bandits", "adapt-patient-bandits"}
+    anonymous = {"odaaf", "odaaf-b", "odaaf-v", "ars-ucb", "ars-exp3", "clw"}
+    assert set(POLICIES) == attributed | anonymous
     assert {name for name, cls in POLICIES.items() if cls.delay_corrected} == DELAYED
-    assert {cls.feedback for cls in POLICIES.values()} == {"attributed"}
+    assert {name for name, cls in POLICIES.items() if cls.feedback == "attributed"} == attributed
     assert all(cls.name == name for name, cls in POLICIES.items())
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from service.delays import delay_from_spec
 from service.sim import environment
-from service.sim.environment import Environment, Pull
+from service.sim.environment import Calendar, Environment, Pull
 from service.sim.scenario import scenario_from_mapping
 
 CRITEO_LIKE = {
@@ -53,18 +53,19 @@ def play(env: Environment, rounds: int, seed: int = 0) -> tuple[list[Pull], list
     return pulls, arrivals
 
 
-def expected_arrivals(pulls: list[Pull], n_arms: int, window: float, spread: int = 1) -> np.ndarray:
-    """(T, R, K) brute force: each counted pull pays X/spread at the end of round s + ⌈D⌉ + j, j < spread,
-    for the parts with D + j <= window, within the horizon."""
+def expected_arrivals(pulls: list[Pull], n_arms: int, window: float, spread: int | list[float] = 1) -> np.ndarray:
+    """(T, R, K) brute force: each counted pull pays X·w_j (w_j = 1/spread for an integer spread) at the end
+    of round s + ⌈D⌉ + j, for the parts with D + j <= window, within the horizon."""
+    fractions = [1.0 / spread] * spread if isinstance(spread, int) else spread
     horizon, runs = len(pulls), pulls[0].arms.size
     out = np.zeros((horizon, runs, n_arms))
     for s, pull in enumerate(pulls):
         for r in range(runs):
             value, delay = pull.values[r], pull.delays[r]
-            for part in range(spread):
+            for part, fraction in enumerate(fractions):
                 due = s + math.ceil(delay) + part if math.isfinite(delay) else horizon
                 if value > 0 and delay + part <= window and due < horizon:
-                    out[due, r, pull.arms[r]] += value / spread
+                    out[due, r, pull.arms[r]] += value * fraction
     return out
 
 
@@ -111,8 +112,11 @@ def test_uncensored_arrivals_match_the_brute_force() -> None:
     np.testing.assert_allclose(np.stack(arrivals), expected_arrivals(pulls, 3, math.inf), atol=1e-12)
 
 
-@pytest.mark.parametrize(("feedback", "spread"), [("anonymous", 1), ("composite", 1), ("composite", 7)])
-def test_anonymous_and_composite_views_sum_the_attributed_rewards(feedback: str, spread: int) -> None:
+@pytest.mark.parametrize(
+    ("feedback", "spread"),
+    [("anonymous", 1), ("composite", 1), ("composite", 7), ("composite", [0.4, 0.0, 0.3, 0.2, 0.1])],
+)
+def test_anonymous_and_composite_views_sum_the_attributed_rewards(feedback: str, spread: int | list[float]) -> None:
     """The same world under each view: anonymous = attributed summed over arms, round by round;
     composite spreads each reward over ``spread`` rounds (spread 1 = anonymous), and a part later than
     the window is lost."""
@@ -135,6 +139,28 @@ def test_anonymous_and_composite_views_sum_the_attributed_rewards(feedback: str,
     for s, pull in enumerate(pulls):
         replay.pull(pull.arms)
         np.testing.assert_allclose(replay.observe(replay.end_round()), brute[s], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("delay", "extra"),
+    [(FAMILIES[1], {"window": 25}), (CRITEO_LIKE, {}), (FAMILIES[1], {"feedback": "composite", "spread": [0.7, 0.3]})],
+)
+def test_blocks_of_rounds_give_the_arrivals_of_single_rounds(delay: Any, extra: dict[str, Any]) -> None:
+    """``pull_block`` is ``pull`` repeated with the same arms: the same world, the same arrivals round by
+    round (the spill of long delays included: a small ring forces it)."""
+    data = {"arms": [0.6, 0.3, 0.1], "horizon": 3000} | extra
+    single, blocked = Environment(scenario(delay, **data)), Environment(scenario(delay, **data))
+    blocked._calendar = Calendar(blocked.runs, 3, 40)  # a ring far shorter than the delays
+    single._calendar = Calendar(single.runs, 3, 40)
+    rng = np.random.default_rng(9)
+    while blocked.round <= 3000:
+        rounds = int(min(rng.integers(1, 200), blocked.longest_block(), 3001 - blocked.round))
+        arms = rng.integers(0, 3, blocked.runs)
+        blocked.pull_block(arms, rounds)
+        got = blocked.end_block(rounds)
+        for row in range(rounds):
+            single.pull(arms)
+            np.testing.assert_allclose(got[row], single.end_round(), rtol=1e-12, atol=1e-12)
 
 
 def test_bounded_rewards_have_the_arm_means() -> None:

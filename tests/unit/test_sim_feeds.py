@@ -1,5 +1,6 @@
 """The statistics feeds against brute force over the pull records: Discarding's matured counts (§2.6) and
-the plug-in Ñ of App. D (censored histogram; uncensored stochastic approximation)."""
+the plug-in Ñ of App. D (censored histogram; uncensored stochastic approximation), and the pulls QPM-D
+sees as pending."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from service.delays import delay_from_spec
 from service.policies import ArmStats
 from service.sim.accounting import exposure_for
 from service.sim.environment import Environment, Pull
-from service.sim.feeds import Discarding, Feed, Ledger, PluginGeometric, PluginWindow
+from service.sim.feeds import Discarding, Feed, Ledger, PluginGeometric, PluginWindow, Resolution
 from service.sim.scenario import scenario_from_mapping
 
 ROUNDS = 160
@@ -116,3 +117,20 @@ def test_uncensored_plugin_runs_stochastic_approximation_into_the_geometric_recu
                 assert math.isclose(mean, np.mean(revealed_lags(pulls, n + 1, r)), rel_tol=1e-12)
             survival = mean / (1 + mean) if seen else 0.0
             decayed = survival * (decayed + np.eye(3)[pulls[n - 1].arms[r]])
+
+
+@pytest.mark.parametrize("window", [None, 12])
+def test_resolution_pends_every_pull_until_its_delay_or_the_window_has_passed(window: int | None) -> None:
+    """pikeburke2018.md §3, §7.12: the outcome of the pull of round s, zero rewards included, is known from
+    the decision of round s + ⌈D⌉ + 1 on (D capped at the window); the conversions S are the ledger's."""
+    env = environment(window)
+    shown, pulls = drive(env, Resolution)
+    cap = math.inf if window is None else window
+    rounds = np.arange(1, len(pulls) + 1)[:, None]
+    resolved_at = rounds + np.ceil(np.minimum(np.stack([pull.delays for pull in pulls]), cap))  # (T, R)
+    arms = np.stack([pull.arms for pull in pulls])
+    for n, stats in enumerate(shown, start=1):
+        for run in range(env.runs):
+            open_ = (rounds[:, 0] < n) & (resolved_at[:, run] > n - 1)
+            np.testing.assert_array_equal(stats.pending[run], np.bincount(arms[open_, run], minlength=3))
+        assert (stats.pending <= stats.pulls).all()

@@ -79,6 +79,13 @@ def test_defaults_and_per_arm_delays() -> None:
         (with_(feedback="aggregated"), "feedback must be one of attributed, anonymous, composite"),
         (with_(spread=3), "spread is only used with feedback 'composite'"),
         (with_(feedback="composite"), "spread must be an integer >= 1"),
+        (with_(feedback="composite", spread=[0.5, 0.2]), "spread: the parts' fractions must sum to 1"),
+        (with_(feedback="composite", spread=[1.5, -0.5]), "spread[0] must be a number in [0, 1]"),
+        (
+            with_(policies=[{"name": "qpm-d", "feed": "naive"}]),
+            "feed 'resolution' (pending pulls) is the feed of qpm-d",
+        ),
+        (with_(policies=[{"name": "ucb1", "feed": "resolution"}]), "feed 'resolution' (pending pulls) is the feed of"),
         (with_(policies=[]), "policies must be a non-empty list"),
         (with_(policies=[{"name": "nope"}]), "policies[0]: unknown policy 'nope'"),
         (with_(policies=[{"name": "ucb1", "params": {"epsilon": -1}}]), "policies[0]: policy 'ucb1': epsilon"),
@@ -126,3 +133,13 @@ def test_file_errors_name_the_file(tmp_path: Path, name: str, text: str, message
         load_scenario(path)
     with pytest.raises(ScenarioError, match="cannot read it"):
         load_scenario(tmp_path / "missing.yaml")
+
+
+def test_composite_spread_lists_round_trip_and_an_integer_is_equal_parts() -> None:
+    """A reward shape (Wang 2021 §5.1) is a list of fractions; an integer n is n equal parts."""
+    shaped = scenario_from_mapping(with_(feedback="composite", spread=[0.5, 0.3, 0.2]))
+    assert shaped.spread == (0.5, 0.3, 0.2)
+    assert scenario_from_mapping(shaped.to_json()) == shaped
+    equal = scenario_from_mapping(with_(feedback="composite", spread=4))
+    assert equal.spread == (0.25,) * 4 and equal.to_json()["spread"] == 4
+    assert scenario_from_mapping(with_()).spread == (1.0,)

@@ -11,6 +11,7 @@ from typing import Any
 from service.sim.runner import PolicyResult, Progress, check_runnable, contract_json, mean_and_error, run_policy
 from service.sim.scenario import PolicySpec, Scenario
 
+DETERMINISTIC_TOLERANCE = 1e-6  # relative: the floor of the combined standard error
 Z_LIMIT = 2.0  # vernade2017.md §4.6(6): reproduced "within about 2 standard errors"
 
 
@@ -47,11 +48,12 @@ class Reproduction:
     figure: str
     setting: str
     claim: str
-    runs: int  # the paper's number of runs
+    runs: int  # default runs: the paper's, or fewer where ``setting`` says so (to keep a reproduction near a minute)
     panels: Callable[[int], list[Panel]]  # runs → panels
     references: Mapping[str, Mapping[str, Reference]]  # panel → policy label → numbers
     reference_source: str
     checks: Callable[[Results], list[Check]]
+    ratio_to: str | None = None  # plot every policy's mean regret over this one's (the paper's ratio curves)
 
 
 def result_of(results: Results, panel: str, label: str) -> PolicyResult:
@@ -73,8 +75,9 @@ def comparison(reference: Reference, result: PolicyResult) -> tuple[list[float],
     ours = result.at(reference.rounds).mean(axis=1)
     own_se = standard_error(result)
     other_se = own_se if reference.se is None else reference.se
-    combined = math.hypot(own_se, other_se)
-    z = (ours[-1] - reference.values[-1]) / combined if combined > 0 else 0.0
+    # a deterministic result (no spread, e.g. ODAAF's elimination round) must match to float precision
+    combined = max(math.hypot(own_se, other_se), DETERMINISTIC_TOLERANCE * max(1.0, abs(reference.values[-1])))
+    z = (ours[-1] - reference.values[-1]) / combined
     return ours.tolist(), float(z)
 
 

@@ -1,11 +1,14 @@
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
--- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset).
+-- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset),
+-- delays (hash arm:delay bucket -> count).
 -- ARGV: now (µs), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
--- value, expires µs]), audit records (one JSON document per event, joined by newlines).
--- Returns one outcome per event, or {'paused'} / {'unknown'} for the whole batch.
-local counters, cells, audit, seen, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- value, expires µs, delay bucket]), audit records (one JSON document per event, joined by newlines), policy
+-- version the events were classified against.
+-- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
+local counters, cells, audit, seen, expiry, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local paused = redis.call('HGET', counters, 'paused')
 if not paused then return {'unknown'} end
+if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[4] then return {'moved'} end
 if paused == '1' then return {'paused'} end
 
 -- Forget what has expired (a bounded amount per call, so the cost stays proportional to the batch).
@@ -37,7 +40,7 @@ local outcomes = {}
 local entry = {audit, '*'}
 local position = 1
 for i, event in ipairs(events) do
-  local event_id, decision, counts, censored, arm, bucket, value, expires = unpack(event)
+  local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket = unpack(event)
   local record_end = string.find(ARGV[3], '\n', position, true) or (#ARGV[3] + 1)
   local record = string.sub(ARGV[3], position, record_end - 1)
   position = record_end + 1
@@ -46,15 +49,19 @@ for i, event in ipairs(events) do
     outcome = 'duplicate'
   elseif not first_time('cv:' .. decision, expires) then
     if event_id == '' then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
-  elseif censored then
-    outcome = 'censored'
-  elseif not counts then
-    outcome = 'stale'
   else
-    add_float(counters, 's:' .. arm, value)
-    local cell = arm .. ':' .. bucket .. ':'
-    if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', 1) end
-    outcome = 'counted'
+    -- a counted pull's first conversion, censored or not: its delay is data (memory.py does the same)
+    if counts then redis.call('HINCRBY', delays, arm .. ':' .. delay_bucket, 1) end
+    if censored then
+      outcome = 'censored'
+    elseif not counts then
+      outcome = 'stale'
+    else
+      add_float(counters, 's:' .. arm, value)
+      local cell = arm .. ':' .. bucket .. ':'
+      if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', 1) end
+      outcome = 'counted'
+    end
   end
   outcomes[i] = outcome
   if outcome ~= 'duplicate' then

@@ -1,6 +1,7 @@
--- Pause or resume. KEYS: config, counters, audit. ARGV: paused (0|1), new config JSON, audit record.
+-- Pause or resume. KEYS: config, counters, audit. ARGV: paused (0|1), audit record.
+-- The stored configuration is left alone (the status lives in the counters' ``paused`` field): rewriting
+-- it from a copy read earlier could undo a policy change made in between.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('SET', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'paused', ARGV[1])
-redis.call('XADD', KEYS[3], '*', 'r', ARGV[3])
+redis.call('XADD', KEYS[3], '*', 'r', ARGV[2])
 return 1

@@ -1,0 +1,80 @@
+-- requires: schedule_lib
+-- Deduplicate and credit a batch of one planning campaign's aggregates and watermarks, then close the
+-- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
+-- KEYS: counters, sched, segments, starts, closed, audit, dedup (hash), dedup expiry (zset).
+-- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
+-- '', expires s]), audit records (one JSON document per event, joined by newlines), policy version.
+-- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
+local counters, sched, segments, starts, closed, audit, seen, expiry =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local now, lateness = tonumber(ARGV[1]), tonumber(ARGV[2])
+local paused = redis.call('HGET', counters, 'paused')
+if not paused then return {'unknown'} end
+if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[5] then return {'moved'} end
+if paused == '1' then return {'paused'} end
+local num = field_reader(sched)
+local now_s = math.floor(now / 1000000)
+
+local function known(field)
+  local until_ = tonumber(redis.call('ZSCORE', expiry, field))
+  return until_ ~= nil and until_ > now_s and redis.call('HEXISTS', seen, field) == 1
+end
+local function remember(field, expires)
+  redis.call('HSET', seen, field, 1)
+  redis.call('ZADD', expiry, expires, field)
+end
+
+-- Credit [start, end) to the open records it overlaps, in proportion to time (an instant to the record
+-- containing it).
+local function credit(start, finish, value)
+  if start < (num('cuntil') or 0) then return 'phase_closed' end
+  local ids = redis.call('ZRANGEBYSCORE', starts, '-inf', '+inf')
+  local shares = {}
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', segments, id .. ':s', id .. ':x')
+    local begins, ends = tonumber(f[1]), tonumber(f[2])
+    local upper = ends or math.max(finish, start + 1)
+    if finish == start then
+      if begins <= start and start < upper then shares[#shares + 1] = {id, nil} end
+    elseif math.min(finish, upper) > math.max(start, begins) then
+      shares[#shares + 1] = {id, (math.min(finish, upper) - math.max(start, begins)) / (finish - start)}
+    end
+  end
+  if #shares == 0 then return 'before_decision' end
+  for _, share in ipairs(shares) do
+    add_float(segments, share[1] .. ':r', share[2] and value * share[2] or value)
+  end
+  return 'counted'
+end
+
+local events = cjson.decode(ARGV[3])
+local outcomes = {}
+local entry = {audit, '*'}
+local position = 1
+for i, event in ipairs(events) do
+  local kind, start, finish, value, event_id, decision, expires = unpack(event)
+  local record_end = string.find(ARGV[4], '\n', position, true) or (#ARGV[4] + 1)
+  local record = string.sub(ARGV[4], position, record_end - 1)
+  position = record_end + 1
+  local outcome
+  if kind == 'watermark' then
+    redis.call('HSET', sched, 'wm', int(math.max(num('wm') or 0, start)))
+    outcome = 'counted'
+  elseif (event_id ~= '' and known('ev:' .. event_id)) or (decision ~= '' and known('cv:' .. decision)) then
+    outcome = 'duplicate'
+  else
+    outcome = credit(start, finish, value)
+    if outcome ~= 'before_decision' then
+      if event_id ~= '' then remember('ev:' .. event_id, expires) end
+      if decision ~= '' then remember('cv:' .. decision, expires) end
+    end
+  end
+  outcomes[i] = outcome
+  if outcome == 'counted' or outcome == 'phase_closed' then
+    entry[#entry + 1] = i .. ':' .. outcome
+    entry[#entry + 1] = record
+  end
+end
+close_ready(sched, segments, starts, closed, now, lateness)
+if #entry > 2 then redis.call('XADD', unpack(entry)) end
+return outcomes

@@ -1,0 +1,250 @@
+"""deploy/, docker-compose.yml and the Dockerfile, checked without a container engine or a cluster: the
+PromQL parses, promtool accepts the Prometheus files, the Kubernetes manifests build into the official
+client's models (required fields, known fields, types), and the compose file refers to services, ports,
+files and settings that exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from service.config import Settings
+from tests.deploy.promql import ALERTS, DASHBOARD, DEPLOY, alert_rules, dashboard_expressions, metric_names
+
+ROOT = DEPLOY.parent
+KUBERNETES = DEPLOY / "kubernetes"
+SETTINGS = {f"LATEBANDIT_{name.upper()}" for name in Settings.model_fields}
+ALERTS_ASKED = {  # issue 9: what the rules must watch, by the metric that shows it
+    "LatebanditRedisUnreachable": "latebandit_store_up",
+    "LatebanditAuditBacklogGrowing": "latebandit_audit_backlog",
+    "LatebanditFallbackDecisions": "latebandit_decisions_total",
+    "LatebanditFeedbackRejectionsSpiking": "latebandit_feedback_rejected_total",
+    "LatebanditDelaysExceedWindow": "latebandit_feedback_events_total",
+    "LatebanditChooseLatencyHigh": "latebandit_decision_seconds_bucket",
+}
+
+
+# Prometheus -------------------------------------------------------------------------------------------
+
+
+def test_every_alert_and_dashboard_expression_parses() -> None:
+    rules = alert_rules()
+    assert {rule["alert"] for rule in rules} >= ALERTS_ASKED.keys()
+    for rule in rules:
+        assert rule["labels"]["severity"] in {"critical", "warning"} and rule["annotations"]["summary"]
+        assert metric_names(rule["expr"]), rule["alert"]
+    for name, metric in ALERTS_ASKED.items():
+        assert metric in metric_names(next(rule["expr"] for rule in rules if rule["alert"] == name))
+    expressions = dashboard_expressions()
+    assert len(expressions) > 20
+    for expression in expressions:
+        assert metric_names(expression), expression
+
+
+def test_the_parser_refuses_broken_promql() -> None:
+    """The check above can fail: a broken expression is refused."""
+    with pytest.raises(ValueError):
+        metric_names("sum(rate(latebandit_decisions_total[5m])")
+    with pytest.raises(ValueError):
+        metric_names("rate(latebandit_decisions_total[5x])")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
+def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass() -> None:
+    """deploy/alerts_test.yml: each alert fires on synthetic series of its situation, and only then."""
+    checks = (
+        ["check", "config", "prometheus.yml"],
+        ["check", "rules", ALERTS.name],
+        ["test", "rules", "alerts_test.yml"],
+    )
+    for command in checks:
+        result = subprocess.run(["promtool", *command], cwd=DEPLOY, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Grafana ----------------------------------------------------------------------------------------------
+
+
+def test_dashboard_is_provisioned_from_the_prometheus_datasource() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    datasource = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    uid = datasource["datasources"][0]["uid"]
+    panels = [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+    assert {panel["datasource"]["uid"] for panel in panels} == {uid}
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+    variable = dashboard["templating"]["list"][0]
+    assert variable["name"] == "campaign" and metric_names(variable["definition"].split("(", 1)[1].split(",")[0])
+    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/latebandit.yml").read_text())
+    mounts = compose()["services"]["grafana"]["volumes"]
+    assert f"./deploy/grafana/dashboards:{provider['providers'][0]['options']['path']}:ro" in mounts
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+# docker-compose.yml -----------------------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_services_ports_files_and_settings_exist() -> None:
+    services = compose()["services"]
+    assert set(services) == {"redis", "postgres", "migrate", "api", "prometheus", "grafana"}
+    for name, service in services.items():
+        for dependency in service.get("depends_on", []):
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts missing {source}"
+        for key in service.get("environment", {}):
+            if key.startswith("LATEBANDIT_"):
+                assert key in SETTINGS, f"{name} sets {key}, which is no setting"
+    api = services["api"]
+    command = api["command"]
+    assert command[:2] == ["latebandit", "serve"] and int(command[command.index("--workers") + 1]) > 1
+    port = command[command.index("--port") + 1]
+    assert f"{port}:{port}" in api["ports"]
+    assert api["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert services["migrate"]["command"] == ["latebandit", "migrate"]
+    assert services["migrate"]["environment"] == api["environment"]
+    assert api["environment"]["LATEBANDIT_API_KEYS"]  # a non-loopback bind needs keys
+    hosts = {re.search(r"//(?:[^@/]*@)?([^:/]+):(\d+)", api["environment"][key]).groups()
+             for key in ("LATEBANDIT_REDIS_URL", "LATEBANDIT_DATABASE_URL")}  # fmt: skip
+    assert hosts == {("redis", "6379"), ("postgres", "5432")}
+    scrape = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == [f"api:{port}"]
+    assert any(mount.endswith("/etc/prometheus/alerts.yml:ro") for mount in services["prometheus"]["volumes"])
+
+
+# Dockerfile -------------------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def dockerfile_command(kind: str) -> list[str]:
+    """The exec form (JSON array) of the CMD, or of the HEALTHCHECK's CMD."""
+    argument = next(argument for instruction, argument in dockerfile_instructions() if instruction == kind)
+    return json.loads(argument[argument.index("CMD") + 3 :] if kind == "HEALTHCHECK" else argument)
+
+
+def test_dockerfile_is_multi_stage_non_root_with_a_healthcheck() -> None:
+    instructions = dockerfile_instructions()
+    stages = [argument for instruction, argument in instructions if instruction == "FROM"]
+    assert len(stages) >= 2
+    assert any(instruction == "COPY" and argument.startswith("--from=build") for instruction, argument in instructions)
+    user = [argument for instruction, argument in instructions if instruction == "USER"][-1]
+    assert user.split(":")[0] not in {"0", "root"}
+    assert dockerfile_command("CMD")[:2] == ["latebandit", "serve"]
+    assert "/healthz" in " ".join(dockerfile_command("HEALTHCHECK"))
+
+
+# Kubernetes -------------------------------------------------------------------------------------------
+
+
+def manifests() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    return [yaml.safe_load((KUBERNETES / name).read_text()) for name in kustomization["resources"]]
+
+
+def as_model(data: Any, type_name: str, where: str) -> Any:
+    """Build the official Kubernetes client's model of ``data``: a missing required field raises (the
+    client validates on construction), an unknown field or a wrong type fails here."""
+    from kubernetes.client import models
+
+    if type_name.startswith("List["):
+        assert isinstance(data, list), where
+        return [as_model(item, type_name[5:-1], f"{where}[{i}]") for i, item in enumerate(data)]
+    if type_name.startswith("Dict["):
+        assert isinstance(data, dict), where
+        value_type = type_name[5:-1].split(", ", 1)[1]
+        return {key: as_model(value, value_type, f"{where}.{key}") for key, value in data.items()}
+    scalar = {"str": str, "int": int, "bool": bool, "float": (int, float), "bytes": str}.get(type_name)
+    if scalar is not None:
+        assert isinstance(data, scalar) and not (scalar is int and isinstance(data, bool)), f"{where}: {data!r}"
+        return data
+    if type_name in {"object", "datetime"}:
+        return data
+    model = getattr(models, type_name)
+    assert isinstance(data, dict), f"{where} must be a mapping"
+    fields = {json_name: name for name, json_name in model.attribute_map.items()}
+    unknown = data.keys() - fields.keys()
+    assert not unknown, f"{where}: unknown fields {sorted(unknown)} for {type_name}"
+    values = {
+        fields[key]: as_model(value, model.openapi_types[fields[key]], f"{where}.{key}") for key, value in data.items()
+    }
+    return model(**values)
+
+
+def model_name(manifest: dict[str, Any]) -> str:
+    version = manifest["apiVersion"].split("/")[-1]
+    return version[0].upper() + version[1:] + manifest["kind"]
+
+
+def test_manifests_are_valid_kubernetes_objects() -> None:
+    pytest.importorskip("kubernetes", reason="the Kubernetes client (test extra) validates the manifests")
+    objects = manifests()
+    assert {item["kind"] for item in objects} >= {"Deployment", "Service", "ConfigMap", "Secret",
+                                                   "HorizontalPodAutoscaler", "Job"}  # fmt: skip
+    for item in objects:
+        assert item["metadata"]["name"]
+        as_model(item, model_name(item), f"{item['kind']}/{item['metadata']['name']}")
+
+
+def test_the_model_check_can_fail() -> None:
+    pytest.importorskip("kubernetes")
+    with pytest.raises(ValueError, match="containers"):  # a required field missing
+        as_model({"apiVersion": "v1", "kind": "Pod", "spec": {}}, "V1Pod", "pod")
+    with pytest.raises(AssertionError, match="unknown fields"):
+        as_model({"apiVersion": "v1", "kind": "Service", "spce": {}}, "V1Service", "service")
+
+
+def test_manifests_fit_together() -> None:
+    objects = {item["kind"]: item for item in manifests()}
+    deployment, service, hpa, job = (
+        objects[kind] for kind in ("Deployment", "Service", "HorizontalPodAutoscaler", "Job")
+    )
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert {"livenessProbe", "readinessProbe"} <= container.keys()
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"  # not /readyz: see deployment.yaml
+    assert {"cpu", "memory"} <= container["resources"]["limits"].keys()
+    assert {"cpu", "memory"} <= container["resources"]["requests"].keys()  # the HPA's utilisation base
+    port = container["command"][container["command"].index("--port") + 1]
+    assert [p["containerPort"] for p in container["ports"]] == [int(port)]
+    assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": deployment["metadata"]["name"]}  # fmt: skip
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["latebandit", "migrate"]
+    for workload in (pod, job["spec"]["template"]):
+        sources = workload["spec"]["containers"][0]["envFrom"]
+        assert {source.get("configMapRef", source.get("secretRef"))["name"] for source in sources} == {
+            objects["ConfigMap"]["metadata"]["name"], objects["Secret"]["metadata"]["name"]}  # fmt: skip
+    settings = {**objects["ConfigMap"]["data"], **objects["Secret"]["stringData"]}
+    assert settings.keys() <= SETTINGS
+    assert {"LATEBANDIT_API_KEYS", "LATEBANDIT_SECRET", "LATEBANDIT_DATABASE_URL"} <= objects["Secret"][
+        "stringData"
+    ].keys()
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+def test_kustomize_builds_the_manifests() -> None:
+    result = subprocess.run(["kubectl", "kustomize", str(KUBERNETES)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    built = list(yaml.safe_load_all(result.stdout))
+    assert len(built) == len(manifests())
+    assert {item["metadata"].get("namespace") for item in built if item["kind"] != "Namespace"} == {"latebandit"}

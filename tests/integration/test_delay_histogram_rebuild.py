@@ -1,0 +1,68 @@
+"""The per-arm delay histogram is part of the state the audit log rebuilds: live Redis state, then the audit
+drained into SQL, then `rebuild` into an empty Redis prefix and the embedded store's restore, all equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.audit.log import AuditLog
+from service.audit.writer import AuditWriter
+from service.campaign import CampaignSpec
+from service.config import Settings
+from service.delay_tail import BUCKETS, bucket_of
+from service.engine import DecisionEngine, EngineOptions
+from service.replay.rebuild import rebuild_redis, restore_memory
+from service.store.memory import MemoryStore
+from service.store.redis import RedisStore
+from service.timeutil import format_time
+from service.tokens import TokenSigner
+
+pytestmark = [pytest.mark.redis]
+
+T0 = 1_800_000_000_000_000
+
+
+async def test_rebuilds_restore_the_delay_histogram(tmp_path, redis_url: str, redis_prefix: str) -> None:
+    clock = [T0]
+    live = RedisStore(redis_url, redis_prefix, clock=lambda: clock[0])
+    signer = TokenSigner("secret")
+    engine = DecisionEngine(live, signer, lambda: clock[0], np.random.default_rng(0), EngineOptions())
+    spec = CampaignSpec(id="c", arms=["a", "b"], policy={"name": "adapt-patient-bandits"}, window=3600.0)
+    await engine.create_campaign(spec)
+    rng = np.random.default_rng(1)
+    expected = np.zeros((2, BUCKETS), dtype=np.int64)
+    decisions = []
+    for _ in range(60):
+        decisions.append(await engine.choose("c"))
+        clock[0] += 10_000_000
+    clock[0] += 7200 * 1_000_000  # past the window: some conversions below are censored, still counted here
+    for decision in decisions[::2]:
+        token = signer.verify(decision.decision_id)
+        delay = float(rng.pareto(0.5) * 30)
+        occurred = token.decided_at + min(round(delay * 1e6), clock[0] - token.decided_at)
+        event = {"type": "conversion", "decision_id": decision.decision_id, "occurred_at": format_time(occurred)}
+        assert (await engine.feedback([event, event])).duplicates == 1
+        expected[token.arm, bucket_of((occurred - token.decided_at) / 1e6)] += 1
+    state = await live.snapshot(await engine.campaign("c"))
+    np.testing.assert_array_equal(state.delay_counts(), expected)
+
+    audit = AuditLog(f"sqlite:///{tmp_path / 'audit.db'}")
+    audit.create_schema()
+    await AuditWriter(live, audit, 1000).flush()
+    settings = Settings()
+    rebuilt = RedisStore(redis_url, redis_prefix + "r", clock=lambda: clock[0])
+    try:
+        assert await rebuild_redis(audit, rebuilt, settings) == ["c"]
+        campaign = await rebuilt.get_campaign("c")
+        assert campaign is not None
+        np.testing.assert_array_equal((await rebuilt.snapshot(campaign)).delay_counts(), expected)
+        memory = MemoryStore(clock=lambda: clock[0])
+        await restore_memory(audit, memory, settings)
+        np.testing.assert_array_equal((await memory.snapshot(campaign)).delay_counts(), expected)
+    finally:
+        async for key in rebuilt.client.scan_iter(match=f"{redis_prefix}r:*"):
+            await rebuilt.client.delete(key)
+        await rebuilt.close()
+        await live.close()
+        audit.dispose()

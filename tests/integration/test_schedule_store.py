@@ -1,0 +1,261 @@
+"""The shared schedule of planning policies, the same contract for both stores (Redis: Lua scripts)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.campaign import Campaign, CampaignStatus
+from service.policies.schedule import Next, Observed, Plan, Segment
+from service.store.base import AnonymousEvent, CampaignRefused, Pull, StateStore
+from service.store.memory import MemoryStore
+from service.store.redis import RedisStore
+from service.store.schedule import ClaimStatus
+
+T0 = 1_800_000_000_000_000
+SECOND = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make_campaign(slot_seconds: float | None = None, lateness: float = 60.0) -> Campaign:
+    return Campaign(
+        id="s1", arms=["a", "b", "c"], policy={"name": "odaaf", "params": {"mean_delay": 1, "horizon": 10_000}},
+        slot_seconds=slot_seconds, allowed_lateness=lateness, created_at=T0,
+    )  # fmt: skip
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def stores(request) -> AsyncIterator[Callable[[Clock], StateStore]]:
+    made: list[RedisStore] = []
+
+    def build(clock: Clock) -> StateStore:
+        if request.param == "memory":
+            return MemoryStore(clock=clock)
+        prefix = request.getfixturevalue("redis_prefix")
+        made.append(RedisStore(request.getfixturevalue("redis_url"), f"{prefix}{uuid.uuid4().hex[:4]}", clock=clock))
+        return made[-1]
+
+    yield build
+    for store in made:
+        await store.close()
+
+
+def plan(*segments: tuple[int, int, bool], hold: int = 0, after: Next = Next.CLOSED) -> Plan:
+    return Plan(tuple(Segment(arm, slots, counted) for arm, slots, counted in segments), Segment(hold, 1, False),
+                after, {"n": len(segments)})  # fmt: skip
+
+
+def pull(arm: int, name: str, at: int = T0, propensity: float = 1.0) -> Pull:
+    return Pull(arm, 0, 0, (), name, propensity, {"type": "decision", "decision_id": name, "arm": arm, "at": at})
+
+
+def aggregate(start: float, end: float, value: float, event_id: str | None = None) -> AnonymousEvent:
+    record = {"type": "aggregate", "event_id": event_id, "value": value}
+    return AnonymousEvent("aggregate", T0 + round(start * SECOND), T0 + round(end * SECOND), value, event_id, None,
+                          3600, record)  # fmt: skip
+
+
+def watermark(at: float) -> AnonymousEvent:
+    return AnonymousEvent("watermark", T0 + round(at * SECOND), T0 + round(at * SECOND), 0.0, None, None, 3600,
+                          {"type": "watermark"})  # fmt: skip
+
+
+async def claim(store: StateStore, campaign: Campaign, clock: Clock, at: float, name: str) -> int | None:
+    """Claim a slot at ``at`` seconds, following OTHER_ARM answers as the engine does: the arm, or None
+    when the store asks for the next plan."""
+    clock.now = T0 + round(at * SECOND)
+    arm = 0
+    for _ in range(4):
+        result = await store.claim_slot(campaign, pull(arm, name, clock.now), None, 60)
+        if result.status is ClaimStatus.NEEDS_PLAN:
+            return None
+        if result.status is not ClaimStatus.OTHER_ARM:
+            assert result.status is ClaimStatus.NEW
+            return result.arm
+        arm = result.arm
+    raise AssertionError("claims kept moving")
+
+
+async def test_claims_follow_the_plan_in_order_and_report_when_the_next_is_due(stores) -> None:
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign(lateness=60)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.NEEDS_PLAN
+    assert await store.commit_plan(campaign, 0, plan((0, 3, True), (1, 2, True), hold=2), 0, _plan_record(), clock.now)
+    assert not await store.commit_plan(campaign, 0, plan((1, 1, True)), 0, _plan_record(), clock.now)  # stale version
+    moved = await store.claim_slot(campaign, pull(1, "y"), None, 60)
+    assert (moved.status, moved.arm) == (ClaimStatus.OTHER_ARM, 0)
+    arms = [await claim(store, campaign, clock, i, f"d{i}") for i in range(1, 9)]
+    assert arms == [0, 0, 0, 1, 1, 2, 2, 2]  # blocks of exactly 3 and 2, then the hold: their feedback is open
+    view = await store.schedule_view(campaign)
+    assert view.version == 1 and view.slot == 8 and len(view.open) == 3 and view.closed == []
+    assert [(o.segment.arm, o.slots) for o in view.open] == [(0, 3), (1, 2), (2, 3)]
+    await store.apply_anonymous(campaign, [watermark(6)], clock.now)  # both blocks ended by t = 6 s (the hold began)
+    view = await store.schedule_view(campaign)
+    assert [(o.segment.arm, o.slots) for o in view.closed] == [(0, 3), (1, 2)]
+    assert view.closed_until == T0 + 6 * SECOND
+    assert await claim(store, campaign, clock, 9, "d9") is None  # now the next plan is due: no slot taken
+    assert await store.commit_plan(campaign, 1, plan((1, 2, True)), 2, _plan_record(), clock.now)
+    view = await store.schedule_view(campaign)
+    assert view.version == 2 and view.closed == [] and view.credited == {0: (3, 0.0), 1: (2, 0.0)}
+    assert [await claim(store, campaign, clock, 10 + i, f"e{i}") for i in range(3)] == [1, 1, 0]
+    view = await store.schedule_view(campaign)
+    assert view.slot == 11 and [(o.segment.arm, o.slots) for o in view.open] == [(2, 3), (1, 2), (0, 1)]
+
+
+async def test_aggregates_are_split_over_segments_in_proportion_to_time(stores) -> None:
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign(lateness=1000)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    await store.commit_plan(campaign, 0, plan((0, 2, True), (1, 2, True), hold=2), 0, _plan_record(), clock.now)
+    for i in range(1, 6):
+        await claim(store, campaign, clock, 10 * i, f"d{i}")  # segments start at 10 s (a), 30 s (b), 50 s (hold)
+    outcomes = await store.apply_anonymous(
+        campaign,
+        [aggregate(20, 40, 4.0, "e1"), aggregate(35, 35, 1.0, "e2"), aggregate(45, 55, 2.0), aggregate(0, 5, 9.0),
+         aggregate(20, 40, 4.0, "e1")],
+        clock.now,
+    )  # fmt: skip
+    assert outcomes == ["counted", "counted", "counted", "before_decision", "duplicate"]
+    view = await store.schedule_view(campaign)
+    assert [(o.segment.arm, o.reward) for o in view.open] == [(0, 2.0), (1, 2.0 + 1.0 + 1.0), (2, 1.0)]
+    assert (await store.apply_anonymous(campaign, [watermark(30)], clock.now)) == ["counted"]
+    view = await store.schedule_view(campaign)
+    assert [(o.segment.arm, o.slots, o.reward) for o in view.closed] == [(0, 2, 2.0)]
+    late = await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")], clock.now)
+    assert late == ["phase_closed"]  # it reaches back before the closed segment's end: refused, recorded
+    assert (await store.apply_anonymous(campaign, [aggregate(25, 31, 1.0, "late")], clock.now)) == ["duplicate"]
+    entries = await store.read_audit(campaign.id, 100)
+    outcomes = [record.get("outcome") for entry in entries for record in entry.records if record["type"] == "aggregate"]
+    assert outcomes == ["counted", "counted", "counted", "phase_closed"]
+
+
+async def test_lateness_closes_without_a_watermark(stores) -> None:
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign(lateness=30)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    await store.commit_plan(campaign, 0, plan((0, 1, True), hold=1), 0, _plan_record(), clock.now)
+    await claim(store, campaign, clock, 1, "d1")
+    assert await claim(store, campaign, clock, 2, "d2") == 1  # the hold starts: the block ended at 2 s
+    assert await claim(store, campaign, clock, 31, "d3") == 1
+    assert await claim(store, campaign, clock, 32, "d4") is None  # 2 s + 30 s of lateness: the next plan
+
+
+async def test_wall_clock_slots(stores) -> None:
+    """Every decision in a slot gets its arm; segments with no decision at all are still played."""
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign(slot_seconds=10, lateness=0)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    await store.commit_plan(
+        campaign, 0, plan((0, 2, True), (1, 1, True), (2, 1, True), hold=0), 0, _plan_record(), clock.now
+    )
+    assert [await claim(store, campaign, clock, at, f"d{at}") for at in (0.5, 3, 19.9)] == [0, 0, 0]
+    # Slots 3 (b) and 4 (c) went by with no decision: still played; lateness 0 closes them, so at 45 s the
+    # plan is over and the next one is due (no slot is spent on the hold).
+    assert await claim(store, campaign, clock, 45, "late") is None
+    view = await store.schedule_view(campaign)
+    assert [(o.segment.arm, o.slots) for o in view.closed + view.open] == [(0, 2), (1, 1), (2, 1)]
+    assert view.closed_until == T0 + 40 * SECOND  # lateness 0: closed as soon as the next segment began
+
+
+async def test_paused_and_unknown_campaigns(stores) -> None:
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign()
+    assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.UNKNOWN
+    with pytest.raises(CampaignRefused, match="unknown"):
+        await store.apply_anonymous(campaign, [watermark(1)], clock.now)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    await store.set_status(campaign.id, CampaignStatus.PAUSED, {"type": "campaign"})
+    assert (await store.claim_slot(campaign, pull(0, "x"), None, 60)).status is ClaimStatus.PAUSED
+    with pytest.raises(CampaignRefused, match="paused"):
+        await store.apply_anonymous(campaign, [watermark(1)], clock.now)
+
+
+def _plan_record() -> dict:
+    return {"type": "campaign", "campaign": "s1", "at": T0, "action": "plan", "config": {"plan": {}}}
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("claim"), st.integers(1, 5_000_000)),
+        st.tuples(
+            st.just("aggregate"),
+            st.integers(-3_000_000, 3_000_000),
+            st.integers(0, 4_000_000),
+            st.floats(0, 5, allow_nan=False),
+            st.sampled_from([None, "e1", "e2", "e3"]),
+        ),
+        st.tuples(st.just("watermark"), st.integers(-8_000_000, 0)),
+        st.tuples(
+            st.just("plan"),
+            st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4), st.booleans()), max_size=3),
+            st.integers(0, 2),
+            st.sampled_from(list(Next)),
+        ),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("slot_seconds", [None, 2.0])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=OPERATIONS)
+async def test_memory_and_redis_agree_on_any_sequence(redis_url, redis_prefix, slot_seconds, operations) -> None:
+    """The Lua scripts and ScheduleBook give the same answers and the same schedule on any history."""
+    clocks = (Clock(), Clock())
+    memory = MemoryStore(clock=clocks[0])
+    redis_store = RedisStore(redis_url, f"{redis_prefix}{uuid.uuid4().hex[:6]}", clock=clocks[1])
+    campaign = make_campaign(slot_seconds=slot_seconds, lateness=3)
+    try:
+        answers: list[list[object]] = [[], []]
+        for store, clock, out in zip((memory, redis_store), clocks, answers, strict=True):
+            await store.create_campaign(campaign, {"type": "campaign"})
+            for step, operation in enumerate(operations):
+                out.append(await _apply(store, campaign, clock, step, operation))
+            view = await store.schedule_view(campaign)
+            out.append((view.version, view.plan, view.closed, view.open, view.slot, view.watermark,
+                        view.closed_until, view.credited))  # fmt: skip
+        assert answers[0] == answers[1]
+    finally:
+        await redis_store.close()
+
+
+async def _apply(store: StateStore, campaign: Campaign, clock: Clock, step: int, operation: tuple) -> object:
+    kind = operation[0]
+    if kind == "claim":
+        clock.now += operation[1]
+        claimed = await store.claim_slot(campaign, pull(step % 3, f"d{step}", clock.now), None, 60)
+        return (claimed.status, claimed.arm, claimed.version)
+    if kind == "plan":
+        view = await store.schedule_view(campaign)
+        new = plan(*operation[1], hold=operation[2], after=operation[3])
+        return await store.commit_plan(campaign, view.version, new, min(len(view.closed), 1), _plan_record(), clock.now)
+    if kind == "watermark":
+        at = clock.now + operation[1]
+        return await store.apply_anonymous(
+            campaign, [AnonymousEvent("watermark", at, at, 0.0, None, None, 60, {})], clock.now
+        )
+    start = clock.now + operation[1]
+    event = AnonymousEvent("aggregate", start, start + operation[2], operation[3], operation[4], None, 60, {})
+    return await store.apply_anonymous(campaign, [event], clock.now)
+
+
+def test_observed_of_a_record_counts_its_slots() -> None:
+    from service.store.schedule import PlayedSegment
+
+    record = PlayedSegment(1, Segment(0, 5, True), first=10, start=T0)
+    assert record.observed(12) == Observed(Segment(0, 5, True), 3, 0.0)
+    record.next_first = 15
+    assert record.observed(99).slots == 5
