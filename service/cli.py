@@ -44,6 +44,7 @@ def serve(
     ] = False,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
     redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
+    redis_cluster: Annotated[bool | None, typer.Option(help="the Redis URL names a Redis Cluster node")] = None,
     database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
     secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
@@ -63,7 +64,8 @@ def serve(
     from service.logs import log_config
 
     flags = {
-        "redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": database_url, "secret": secret,
+        "redis_url": redis_url, "redis_prefix": redis_prefix, "redis_cluster": redis_cluster,
+        "database_url": database_url, "secret": secret,
         "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
         "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
@@ -257,7 +259,7 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
         raise typer.Exit(2)
 
     async def run() -> list[str]:
-        store = RedisStore(settings.redis_url or "", settings.redis_prefix)
+        store = RedisStore(settings.redis_url or "", settings.redis_prefix, cluster=settings.redis_cluster)
         audit = AuditLog(settings.sqlalchemy_url)
         try:
             # What Redis still queues must reach the log first, or the rebuilt state would lose it.

@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     insecure: bool = False
     redis_url: str | None = Field(default=None, description="redis://host:port/db; unset = in-process state")
     database_url: str | None = Field(default=None, description="postgresql://… or sqlite:///…; unset = SQLite")
+    redis_cluster: bool = Field(default=False, description="redis_url names one node of a Redis Cluster")
     redis_prefix: str = Field(default="lb", description="first part of every Redis key (tests isolate by it)")
     secret: str | None = Field(default=None, description="HMAC key for decision ids")
     max_skew: float = Field(default=300.0, description="seconds a feedback time may lie in the future")

@@ -118,7 +118,7 @@ class DecisionEngine:
         rng: np.random.Generator,
         options: EngineOptions,
         after_write: Callable[[], Awaitable[None]] | None = None,
-        in_history: Callable[[str], Awaitable[bool]] | None = None,
+        from_history: Callable[[str], Awaitable[Campaign | None]] | None = None,
     ) -> None:
         self.store = store
         self.signer = signer
@@ -126,7 +126,8 @@ class DecisionEngine:
         self.rng = rng
         self.options = options
         self._after_write = after_write  # the embedded mode makes each write durable before answering
-        self._in_history = in_history  # whether the audit log knows a campaign id (the store may have lost it)
+        # The campaign as the audit log knows it: the store may have lost it, or be unreachable.
+        self._from_history = from_history
         self._campaigns: dict[str, Campaign] = {}
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
@@ -135,7 +136,7 @@ class DecisionEngine:
     # campaigns ------------------------------------------------------------------------------------
 
     async def create_campaign(self, spec: CampaignSpec) -> Campaign:
-        if self._in_history is not None and await self._in_history(spec.id):
+        if await self._remembered(spec.id) is not None:
             raise CampaignExists(
                 spec.id, "its audit history exists; if the state store lost it, run `latebandit rebuild`"
             )
@@ -160,11 +161,14 @@ class DecisionEngine:
         if campaign is None:
             campaign = await self.store.get_campaign(campaign_id)
             if campaign is None:
-                if self._in_history is not None and await self._in_history(campaign_id):
+                if await self._remembered(campaign_id) is not None:
                     raise lost_campaign(campaign_id)  # the same answer on every worker: retry after rebuild
                 raise UnknownCampaign(campaign_id)
             self._remember(campaign)
         return campaign
+
+    async def _remembered(self, campaign_id: str) -> Campaign | None:
+        return None if self._from_history is None else await self._from_history(campaign_id)
 
     async def set_status(self, campaign_id: str, status: CampaignStatus) -> Campaign:
         record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(),
@@ -194,20 +198,32 @@ class DecisionEngine:
     # decisions ------------------------------------------------------------------------------------
 
     async def choose(self, campaign_id: str, request_id: str | None = None) -> Decision:
+        """A decision is always answered while the campaign can be known: with the store down (or emptied)
+        a worker that never cached the campaign reads its configuration from the audit log."""
         now = self.clock()
         for attempt in range(MAX_MOVES):
-            campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            try:
+                campaign = await self.campaign(campaign_id, fresh=attempt > 0)
+            except StoreUnavailable:
+                campaign = await self._remembered(campaign_id)
+                if campaign is None:
+                    raise
+                self._campaigns[campaign_id] = campaign
+                return self._store_down(campaign, now)
             try:
                 return await self._decide(campaign, now, request_id)
             except CampaignMoved:
                 continue
             except StoreUnavailable:
-                metrics.STORE_ERRORS.labels("choose").inc()
-                # Nothing can be recorded: the decision id alone marks the pull as uncounted.
-                pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
-                return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
-                                    "fallback_store_down")  # fmt: skip
+                return self._store_down(campaign, now)
         raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
+
+    def _store_down(self, campaign: Campaign, now: int) -> Decision:
+        """Nothing can be recorded: the decision id alone marks the pull as uncounted."""
+        metrics.STORE_ERRORS.labels("choose").inc()
+        pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
+        return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
+                            "fallback_store_down")  # fmt: skip
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         ttl = math.ceil(self.options.request_ttl)

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from service import metrics
 from service.audit.log import AuditLog
 from service.audit.writer import AuditWriter
+from service.campaign import Campaign
 from service.config import Settings
 from service.engine import DecisionEngine, EngineOptions
 from service.replay.rebuild import restore_memory
@@ -30,6 +31,8 @@ from service.timeutil import wall_clock
 from service.tokens import TokenSigner
 
 log = logging.getLogger("latebandit")
+
+BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
 
 
 def load_secret(settings: Settings) -> str:
@@ -71,7 +74,9 @@ class Runtime:
     def build(cls, settings: Settings) -> Runtime:
         audit = AuditLog(settings.sqlalchemy_url)
         store: StateStore = (
-            RedisStore(settings.redis_url, settings.redis_prefix) if settings.redis_url else MemoryStore(wall_clock)
+            RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
+            if settings.redis_url
+            else MemoryStore(wall_clock)
         )
         writer = AuditWriter(store, audit, settings.audit_batch)
         options = EngineOptions(
@@ -83,14 +88,15 @@ class Runtime:
         # In the embedded mode the queue lives in process memory: flush it before answering.
         durable = writer.flush if settings.embedded else None
 
-        async def in_history(campaign_id: str) -> bool:
+        async def from_history(campaign_id: str) -> Campaign | None:
             try:
-                return await asyncio.to_thread(audit.has_campaign, campaign_id)
+                config = await asyncio.to_thread(audit.created, campaign_id)
             except SQLAlchemyError as error:  # creating a campaign must not forget an existing one's history
                 raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
+            return None if config is None else Campaign.model_validate(config)
 
         signer = TokenSigner(load_secret(settings))
-        engine = DecisionEngine(store, signer, wall_clock, np.random.default_rng(), options, durable, in_history)
+        engine = DecisionEngine(store, signer, wall_clock, np.random.default_rng(), options, durable, from_history)
         return cls(settings, store, audit, writer, engine)
 
     async def start(self) -> None:
@@ -136,7 +142,7 @@ class Runtime:
             except Exception:  # any database error means "down"; the writer logs the cause
                 metrics.AUDIT_UP.set(0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), timeout=5.0)
+                await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
 
     async def close(self) -> None:
         self.stop.set()

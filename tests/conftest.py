@@ -75,3 +75,13 @@ def sqlite_url(tmp_path) -> str:
 def database_url(request) -> str:
     """Both audit back ends: the embedded SQLite file and a real PostgreSQL database."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory) -> Iterator[str]:
+    """A three-master Redis Cluster started from the redis-server binary, shared by the session's tests
+    (each uses its own key prefix); stopped at the end."""
+    from tests.faults import redis_cluster
+
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster.url

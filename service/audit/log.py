@@ -24,6 +24,10 @@ from service.audit.records import Record
 INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 STREAM_CHUNK = 1_000
 STATEMENT_TIMEOUT_MS = 60_000
+# A transaction whose client vanished in a network partition (the server never saw the connection close)
+# keeps its row locks until the server's TCP keepalive gives up, two hours by default; the writer's retry
+# of the same rows would wait on those locks all that time. The server ends such a transaction sooner.
+IDLE_IN_TRANSACTION_MS = 10_000
 
 
 def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
@@ -57,7 +61,8 @@ def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
             # A hung server must not hold the writer (and every flush) for the kernel's TCP timeout.
             connect_args={
                 "connect_timeout": 5,
-                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
                 "keepalives": 1,
                 "keepalives_idle": 30,
                 "keepalives_interval": 10,
@@ -144,6 +149,14 @@ class AuditLog:
         with self.engine.connect() as connection:
             query = select(CampaignEvent.campaign).where(CampaignEvent.campaign == campaign).limit(1)
             return connection.scalar(query) is not None
+
+    def created(self, campaign: str) -> dict[str, Any] | None:
+        """The configuration a campaign was created with (ids are never reused, so there is one)."""
+        with self.engine.connect() as connection:
+            query = select(CampaignEvent.config).where(
+                CampaignEvent.campaign == campaign, CampaignEvent.action == "create"
+            )
+            return connection.scalar(query.limit(1))
 
     def records(self, campaign: str | None, since_us: int | None, until_us: int | None) -> Iterator[Record]:
         """The records as the store queued them, in queue order within each campaign, campaigns one after

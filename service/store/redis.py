@@ -14,6 +14,7 @@ interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -81,11 +82,13 @@ class _Cached:
     version: int  # the policy version it was read for: a policy change resets the state
 
 
-def _client(url: str) -> aioredis.Redis:
-    """A blocking pool: a burst of requests waits for a free connection instead of failing."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=MAX_CONNECTIONS, timeout=2.0, socket_timeout=2.0, socket_connect_timeout=2.0
-    )
+def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
+    """A blocking pool: a burst of requests waits for a free connection instead of failing. A cluster
+    client discovers the other nodes from ``url`` and routes each command (each script) by its hash tag."""
+    timeouts = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    if cluster:
+        return aioredis.RedisCluster.from_url(url, max_connections=MAX_CONNECTIONS, **timeouts)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=2.0, **timeouts)
     return aioredis.Redis(connection_pool=pool)
 
 
@@ -136,10 +139,18 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
 
 class RedisStore:
     def __init__(
-        self, url: str, prefix: str = "lb", client: aioredis.Redis | None = None, clock: Clock = wall_clock
+        self,
+        url: str,
+        prefix: str = "lb",
+        client: aioredis.Redis | aioredis.RedisCluster | None = None,
+        clock: Clock = wall_clock,
+        cluster: bool = False,
     ) -> None:
         self._clock = clock  # for the expiry of deduplication entries
-        self.client = client or _client(url)
+        self.client = client or _client(url, cluster)
+        # The cluster client's per-node pools raise MaxConnectionsError when full instead of waiting, so
+        # the store itself makes a burst wait, as the single-node blocking pool does.
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS) if cluster else contextlib.nullcontext()
         self.keys = Keys(prefix)
         self._scripts: dict[str, AsyncScript] = {
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
@@ -156,13 +167,25 @@ class RedisStore:
         """Times the call (``latebandit_store_seconds``) and turns Redis failures into StoreUnavailable."""
         started = time.perf_counter()
         try:
-            yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            async with self._slots:
+                yield
+        except (RedisConnectionError, OSError) as error:
+            await self._drop_idle_connections()
+            raise StoreUnavailable(f"Redis unreachable: {error}") from error
+        except RedisTimeoutError as error:
             raise StoreUnavailable(f"Redis unreachable: {error}") from error
         except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
             raise StoreUnavailable(f"Redis refused the operation: {error}") from error
         finally:
             metrics.STORE_LATENCY.labels(operation).observe(time.perf_counter() - started)
+
+    async def _drop_idle_connections(self) -> None:
+        """A broken connection usually means Redis restarted, and then every pooled connection is dead: close
+        the idle ones now, or each would fail one later request (a fallback or a 503), possibly long after
+        Redis is back. Commands are never retried instead: a script whose reply was lost may have run."""
+        pool = getattr(self.client, "connection_pool", None)  # the cluster client manages its nodes itself
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
         async with self._reachable(script):
@@ -481,8 +504,8 @@ class RedisStore:
                 else:
                     pipe.hset(self.keys.dedup(cid), suffix, value)
                     pipe.zadd(self.keys.dedup_expiry(cid), {suffix: now + seconds})
-            pipe.sadd(self.keys.registry(), cid)
             await pipe.execute()
+            await self.client.sadd(self.keys.registry(), cid)  # another slot: outside the transaction
         self._cache.pop(cid, None)
 
 

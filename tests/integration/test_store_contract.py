@@ -32,13 +32,16 @@ def make_campaign(campaign_id: str = "c1", delay: dict | None = None) -> Campaig
     )
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request) -> AsyncIterator[StateStore]:
     if request.param == "memory":
         yield MemoryStore(clock=lambda: T0)
         return
-    prefix = request.getfixturevalue("redis_prefix")
-    redis_store = RedisStore(request.getfixturevalue("redis_url"), prefix)
+    if request.param == "cluster":  # a session's own cluster: its keys go with it
+        url, prefix, cluster = request.getfixturevalue("redis_cluster_url"), f"lb{uuid.uuid4().hex[:12]}", True
+    else:
+        url, prefix, cluster = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix"), False
+    redis_store = RedisStore(url, prefix, cluster=cluster)
     yield redis_store
     await redis_store.close()
 

@@ -1,0 +1,24 @@
+"""After Redis restarts, the connections a store pooled before are all dead. The first command to meet one
+fails (the store cannot know whether a script ran before the connection broke, so it never retries); none
+after it may: a stale connection left in the pool would fail some later request, long after Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from service.store.base import StoreUnavailable
+from service.store.redis import RedisStore
+from tests.faults import redis_server
+
+
+async def test_one_failure_after_a_restart_then_none(tmp_path) -> None:
+    with redis_server(tmp_path / "redis") as node:
+        store = RedisStore(node.url, "lb")
+        await asyncio.gather(*(store.client.blpop(["nothing"], timeout=0.05) for _ in range(20)))  # 20 pooled
+        node.restart()
+        with pytest.raises(StoreUnavailable):
+            await store.ping()
+        await asyncio.gather(*(store.ping() for _ in range(20)))  # every one on a fresh connection
+        await store.close()
