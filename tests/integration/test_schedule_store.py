@@ -43,7 +43,7 @@ async def stores(request) -> AsyncIterator[Callable[[Clock], StateStore]]:
         if request.param == "memory":
             return MemoryStore(clock=clock)
         prefix = request.getfixturevalue("redis_prefix")
-        made.append(RedisStore(request.getfixturevalue("redis_url"), f"{prefix}{uuid.uuid4().hex[:4]}", clock=clock))
+        made.append(RedisStore(request.getfixturevalue("redis_url"), f"{prefix}:{uuid.uuid4().hex[:4]}", clock=clock))
         return made[-1]
 
     yield build
@@ -216,7 +216,7 @@ async def test_memory_and_redis_agree_on_any_sequence(redis_url, redis_prefix, s
     """The Lua scripts and ScheduleBook give the same answers and the same schedule on any history."""
     clocks = (Clock(), Clock())
     memory = MemoryStore(clock=clocks[0])
-    redis_store = RedisStore(redis_url, f"{redis_prefix}{uuid.uuid4().hex[:6]}", clock=clocks[1])
+    redis_store = RedisStore(redis_url, f"{redis_prefix}:{uuid.uuid4().hex[:6]}", clock=clocks[1])
     campaign = make_campaign(slot_seconds=slot_seconds, lateness=3)
     try:
         answers: list[list[object]] = [[], []]
