@@ -45,16 +45,20 @@ class Scheduler:
             if claim.status is ClaimStatus.OTHER_ARM:
                 self._expected[campaign.id] = (claim.arm, claim.propensity)
             elif claim.status is ClaimStatus.NEEDS_PLAN:
-                await self.plan(campaign, now)
+                await self.plan(campaign, now, claim.version)
             else:
                 return claim
         raise StoreUnavailable(f"campaign {campaign.id!r}: no slot could be claimed in {MAX_ATTEMPTS} attempts")
 
-    async def plan(self, campaign: Campaign, now: int) -> bool:
-        """Make and commit the next plan; False if another worker committed one first."""
+    async def plan(self, campaign: Campaign, now: int, after: int) -> bool:
+        """Make and commit the plan that follows version ``after`` (the one the claim found played); False
+        if another worker committed it first. Planning from a newer version would skip a plan: a worker
+        that asked while there was none must not plan again from the first plan another one committed."""
         policy = campaign.policy_impl
         assert isinstance(policy, SchedulePolicy)
         view = await self.store.schedule_view(campaign)
+        if view.version != after:
+            return False
         state = view.plan.state if view.plan is not None else None
         plan = policy.plan(state, view.closed, view.open, self.rng)
         record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "plan",

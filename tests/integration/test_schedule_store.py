@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,26 @@ def test_observed_of_a_record_counts_its_slots() -> None:
     assert record.observed(12) == Observed(Segment(0, 5, True), 3, 0.0)
     record.next_first = 15
     assert record.observed(99).slots == 5
+
+
+async def test_a_worker_that_asked_for_the_first_plan_does_not_plan_past_it(stores) -> None:
+    """Two workers find no plan; one commits the first. The other must not then plan from it (that would
+    replace ODAAF's phase 1 by phase 2 before a slot was played): it plans only after the version it saw."""
+    from service.scheduling import Scheduler
+
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign()
+    await store.create_campaign(campaign, {"type": "campaign"})
+
+    def make_pull(campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None) -> Pull:
+        return pull(arm, f"d{now}", now, propensity)
+
+    first, second = (Scheduler(store, np.random.default_rng(seed), make_pull) for seed in (1, 2))
+    asked = await store.claim_slot(campaign, pull(0, "x", clock.now), None, 60)
+    assert asked.status is ClaimStatus.NEEDS_PLAN and asked.version == 0
+    assert await first.plan(campaign, clock.now, 0)
+    assert not await second.plan(campaign, clock.now, asked.version)  # too late: version 1 is there
+    view = await store.schedule_view(campaign)
+    assert view.version == 1 and view.plan is not None and view.plan.state["m"] == 1
+    claimed = await second.claim(campaign, clock.now + SECOND, None, 60)
+    assert claimed.status is ClaimStatus.NEW and claimed.arm == 0 and claimed.version == 1
