@@ -381,7 +381,7 @@ class DecisionEngine:
             except Rejection as rejection:
                 rejections.append((index, rejection))
         try:
-            outcomes = await self.scheduler.apply(campaign, [event for _, event in events], now)
+            outcomes = await self.store.apply_anonymous(campaign, [event for _, event in events], now)
         except CampaignRefused as refused:
             if str(refused) == "unknown":
                 raise lost_campaign(campaign.id) from refused

@@ -66,45 +66,39 @@ CONVERSION_DELAY = Histogram(
     ["campaign"],
     buckets=DELAY_BUCKETS,
 )
-ARM_ESTIMATE = Gauge(
-    "latebandit_arm_estimate", "Policy estimate per arm", ["campaign", "arm"], multiprocess_mode="mostrecent"
-)
-ARM_INDEX = Gauge("latebandit_arm_index", "Policy index per arm", ["campaign", "arm"], multiprocess_mode="mostrecent")
-ARM_EFFECTIVE = Gauge(
+
+
+def arm_gauge(name: str, documentation: str, *labels: str) -> Gauge:
+    """A per-arm gauge (labels campaign, arm and ``labels``); across workers the latest value wins."""
+    return Gauge(name, documentation, ["campaign", "arm", *labels], multiprocess_mode="mostrecent")
+
+
+ARM_ESTIMATE = arm_gauge("latebandit_arm_estimate", "Policy estimate per arm")
+ARM_INDEX = arm_gauge("latebandit_arm_index", "Policy index per arm")
+ARM_EFFECTIVE = arm_gauge(
     "latebandit_arm_effective_pulls",
     "Delay-corrected pull count per arm",
-    ["campaign", "arm"],
-    multiprocess_mode="mostrecent",
 )
-ARM_PENDING = Gauge(
+ARM_PENDING = arm_gauge(
     "latebandit_arm_pending",
     "Pulls still inside the window without conversion",
-    ["campaign", "arm"],
-    multiprocess_mode="mostrecent",
 )
-ARM_OBSERVED_DELAYS = Gauge(
+ARM_OBSERVED_DELAYS = arm_gauge(
     "latebandit_arm_observed_delays",
     "First conversions of counted pulls whose delay the per-arm delay histogram holds",
-    ["campaign", "arm"],
-    multiprocess_mode="mostrecent",
 )
-ARM_DELAY_QUANTILE = Gauge(
+ARM_DELAY_QUANTILE = arm_gauge(
     "latebandit_arm_delay_quantile_seconds",
     "Upper bound of a quantile of the observed conversion delays (log-spaced buckets, ratio sqrt 2)",
-    ["campaign", "arm", "quantile"],
-    multiprocess_mode="mostrecent",
+    "quantile",
 )
-ARM_DELAY_TAIL = Gauge(
+ARM_DELAY_TAIL = arm_gauge(
     "latebandit_arm_delay_tail_alpha",
     "Tail exponent of the observed delays, P(D > x) ~ x^-alpha (grouped Hill estimate; NaN: too few delays)",
-    ["campaign", "arm"],
-    multiprocess_mode="mostrecent",
 )
-ARM_PENDING_AGE = Gauge(
+ARM_PENDING_AGE = arm_gauge(
     "latebandit_arm_pending_age_seconds",
     "Mean age of the pending pulls (NaN when none)",
-    ["campaign", "arm"],
-    multiprocess_mode="mostrecent",
 )
 DELAY_ASSUMED = Gauge(
     "latebandit_delay_assumed_ratio",

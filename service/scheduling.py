@@ -19,7 +19,7 @@ import numpy as np
 from service import metrics
 from service.campaign import Campaign
 from service.policies.schedule import SchedulePolicy
-from service.store.base import AnonymousEvent, Counters, Pull, StateStore, StoreUnavailable
+from service.store.base import Counters, Pull, StateStore, StoreUnavailable
 from service.store.schedule import Claim, ClaimStatus, ScheduleView
 from service.timeutil import format_time
 
@@ -68,9 +68,6 @@ class Scheduler:
             metrics.SCHEDULE_PLANS.labels(metrics.campaign_label(campaign.id)).inc()
             logger.info("campaign %s: plan %d committed", campaign.id, view.version + 1)
         return committed
-
-    async def apply(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
-        return await self.store.apply_anonymous(campaign, events, now)
 
 
 def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView, as_of: int) -> dict[str, Any]:

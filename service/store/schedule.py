@@ -211,7 +211,7 @@ class ScheduleBook:
         if start < self.closed_until:
             return "phase_closed"
         shares = []
-        for record in sorted(self.records.values(), key=lambda r: r.id):
+        for record in self.records.values():  # in id (play) order: ids only grow, and a dict keeps insertion order
             upper = record.end if record.end is not None else max(end, start + 1)
             if end == start:
                 if record.start <= start < upper:
@@ -223,7 +223,7 @@ class ScheduleBook:
         return "counted" if shares else "before_decision"
 
     def view(self) -> ScheduleView:
-        open_ = [record.observed(self.slot) for record in sorted(self.records.values(), key=lambda r: r.id)]
+        open_ = [record.observed(self.slot) for record in self.records.values()]
         current = self.records.get(self.last_record)
         return ScheduleView(
             self.version, self.plan, list(self.closed), open_, self.slot, self.watermark, self.closed_until, current,
