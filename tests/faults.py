@@ -139,17 +139,25 @@ def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[RedisCluster]:
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to a target; ``cut()`` is a network partition: new connections are refused,
     the clients' open connections are reset, and the target is told nothing (its sessions linger, holding
-    whatever their open transactions hold); ``restore()`` listens again on the same port."""
+    whatever their open transactions hold); ``restore()`` heals it: the target's side of each cut connection
+    is reset (as its next packet would be answered by the client host, which has no such connection any
+    more), and the proxy listens again on the same port."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
         self._listener: socket.socket | None = None
         self._clients: set[socket.socket] = set()
+        self._upstreams: dict[socket.socket, socket.socket] = {}  # client -> its connection to the target
+        self._severed: list[socket.socket] = []  # target sides of cut connections, reset when healed
         self._cut = 0  # generation: a connection set up across a cut belongs to none
         self._lock = threading.Lock()
 
     def restore(self) -> None:
+        with self._lock:
+            for sock in self._severed:
+                _reset(sock)
+            self._severed.clear()
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -165,10 +173,11 @@ class TcpProxy:
             self._listener = None
         with self._lock:
             for sock in self._clients:  # a blocked recv in a pump thread keeps a socket alive: shut it down
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    sock.shutdown(socket.SHUT_RDWR)
+                _reset(sock)
+                if sock in self._upstreams:
+                    self._severed.append(self._upstreams[sock])
             self._clients.clear()
+            self._upstreams.clear()
             self._cut += 1
 
     def _accept(self, listener: socket.socket) -> None:
@@ -190,6 +199,7 @@ class TcpProxy:
                     upstream.close()
                     continue
                 self._clients.add(client)
+                self._upstreams[client] = upstream
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
@@ -207,6 +217,13 @@ class TcpProxy:
                     sock.close()
             with self._lock:
                 self._clients -= {source, sink}
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with an RST (linger 0), which also wakes a thread blocked reading the socket."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 @contextlib.contextmanager
