@@ -19,8 +19,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from service.policies.blockstream import ArmShape, BlockStreamArm
-from service.policies.guha_plan import PlanTooLarge, check_size, largest_depth, solve_plan
+from latebandit.policies.blockstream import ArmShape, BlockStreamArm
+from latebandit.policies.guha_plan import PlanTooLarge, check_size, largest_depth, solve_plan
 
 
 def measure(horizon: int, delay: int, arms: int) -> dict[str, float | int | bool]:

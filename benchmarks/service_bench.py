@@ -28,12 +28,12 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from service.campaign import Campaign
-from service.loadtest.client import LoadResult, Repeat, post, run_load
-from service.store.base import Counters, Histogram
-from service.store.redis import RedisStore
-from service.timeutil import MICROS, format_time, wall_clock
-from service.tokens import DecisionToken, TokenSigner, new_nonce
+from latebandit.campaign import Campaign
+from latebandit.loadtest.client import LoadResult, Repeat, post, run_load
+from latebandit.store.base import Counters, Histogram
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS, format_time, wall_clock
+from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
 from tests.e2e.server import Server, free_port, stop, wait_ready
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -56,7 +56,7 @@ def start(command: list[str], env: dict[str, str], port: int, log: Path) -> Serv
     with open(log, "wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", process, env, log)
-    wait_ready(server) if "service.cli" in command else _wait_port(server, port)
+    wait_ready(server) if "latebandit.cli" in command else _wait_port(server, port)
     return server
 
 
@@ -147,9 +147,9 @@ def main() -> None:
     }
     servers: list[Server] = []
     try:
-        subprocess.run([sys.executable, "-m", "service.cli", "migrate"], env=env, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "latebandit.cli", "migrate"], env=env, check=True, capture_output=True)
         lb_port, bare_port = free_port(), free_port()
-        latebandit = start([sys.executable, "-m", "service.cli", "serve", "--port", str(lb_port)], env, lb_port,
+        latebandit = start([sys.executable, "-m", "latebandit.cli", "serve", "--port", str(lb_port)], env, lb_port,
                            workdir / "latebandit.log")  # fmt: skip
         servers.append(latebandit)
         uvicorn = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory"]

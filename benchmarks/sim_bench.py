@@ -20,9 +20,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from service.sim.reproductions import REPRODUCTIONS, run_reproduction
-from service.sim.runner import simulate
-from service.sim.scenario import scenario_from_mapping
+from latebandit.sim.reproductions import REPRODUCTIONS, run_reproduction
+from latebandit.sim.runner import simulate
+from latebandit.sim.scenario import scenario_from_mapping
 
 THETA_L = [0.1, 0.05, 0.03]
 GEOMETRIC = {"family": "geometric", "p": 0.002}

@@ -1,6 +1,6 @@
 """Alembic environment for the audit schema (the layout of FastAPI's full-stack template).
 
-``service/audit/migrate.py`` sets ``sqlalchemy.url`` in code; the alembic CLI (alembic.ini at the
+``service/latebandit/audit/migrate.py`` sets ``sqlalchemy.url`` in code; the alembic CLI (alembic.ini at the
 repository root) falls back to ``LATEBANDIT_DATABASE_URL``, mapped to the service's driver by Settings.
 Connections come from the service's own engine factory, so migrations see the same SQLite settings
 (WAL, real transactions: a failed migration leaves no half-built schema) as the running service.
@@ -14,9 +14,9 @@ from typing import Any
 from alembic import context
 from sqlalchemy import pool
 
-from service.audit.log import audit_engine
-from service.audit.models import Base
-from service.config import Settings
+from latebandit.audit.log import audit_engine
+from latebandit.audit.models import Base
+from latebandit.config import Settings
 
 config = context.config
 

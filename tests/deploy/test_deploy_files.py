@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.config import Settings
+from latebandit.config import Settings
 from tests.deploy.promql import ALERTS, DASHBOARD, DEPLOY, alert_rules, dashboard_expressions, metric_names
 
 ROOT = DEPLOY.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-LATEBANDIT = [sys.executable, "-m", "service.cli"]
+LATEBANDIT = [sys.executable, "-m", "latebandit.cli"]
 
 
 def free_port() -> int:

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 import redis
 
-from service.feedback import MAX_EVENTS
-from service.store.keys import Keys
+from latebandit.feedback import MAX_EVENTS
+from latebandit.store.keys import Keys
 from tests.e2e.server import Server, cli, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN
 from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, until, wait_for_audit

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.logs import mask
+from latebandit.logs import mask
 from tests.deploy.promql import PROMETHEUS_OWN, alert_rules, dashboard_expressions, metric_names
 from tests.deploy.test_deploy_files import ROOT, dockerfile_command
 from tests.e2e.server import LATEBANDIT, Server, cli, free_port, service_env, stop, wait_ready

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from service.timeutil import parse_time
-from service.tokens import TokenSigner
+from latebandit.timeutil import parse_time
+from latebandit.tokens import TokenSigner
 from tests.e2e.server import running, service_env
 from tests.e2e.test_embedded import iso
 

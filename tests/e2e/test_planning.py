@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import redis
 
-from service.policies import make_policy
+from latebandit.policies import make_policy
 from tests.e2e.server import cli, running, service_env
 from tests.e2e.test_embedded import iso
 from tests.e2e.test_redis_postgres import wait_for_audit

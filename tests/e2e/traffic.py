@@ -23,7 +23,7 @@ import httpx
 import psycopg
 import redis
 
-from service.store.keys import Keys
+from latebandit.store.keys import Keys
 
 RETRY_FOR = 120.0  # seconds a client keeps retrying one request before giving up (a failed test)
 

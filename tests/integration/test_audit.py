@@ -18,17 +18,17 @@ from alembic.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.audit.export import export_lines, record_to_line
-from service.audit.log import AuditLog
-from service.audit.migrate import alembic_config, head_revision
-from service.audit.models import Base
-from service.audit.queue import QueueEntry
-from service.audit.records import Outcome, Record
-from service.audit.writer import AuditWriter
-from service.campaign import Campaign
-from service.config import Settings
-from service.store.base import StoreUnavailable
-from service.timeutil import parse_time
+from latebandit.audit.export import export_lines, record_to_line
+from latebandit.audit.log import AuditLog
+from latebandit.audit.migrate import alembic_config, head_revision
+from latebandit.audit.models import Base
+from latebandit.audit.queue import QueueEntry
+from latebandit.audit.records import Outcome, Record
+from latebandit.audit.writer import AuditWriter
+from latebandit.campaign import Campaign
+from latebandit.config import Settings
+from latebandit.store.base import StoreUnavailable
+from latebandit.timeutil import parse_time
 
 T0 = 1_800_000_000_000_000
 SECOND = 1_000_000
@@ -422,7 +422,7 @@ async def test_run_drains_until_stopped(log: AuditLog) -> None:
 async def test_a_restarted_memory_queue_continues_after_the_last_logged_entry(log: AuditLog) -> None:
     """Queue ids are the rows' keys: an embedded service whose clock went back must not reuse one (its rows
     would be dropped as already written)."""
-    from service.store.memory import MemoryStore
+    from latebandit.store.memory import MemoryStore
 
     record = {"type": "campaign", "campaign": "c", "at": 1, "action": "pause"}
     log.write([QueueEntry("c", "9000000000000-4", [record]), QueueEntry("c", "8000-0", [record])])

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
-from service.audit.log import AuditLog
-from service.audit.queue import QueueEntry
-from service.config import Settings
+from latebandit.audit.log import AuditLog
+from latebandit.audit.queue import QueueEntry
+from latebandit.config import Settings
 from tests.faults import tcp_proxy
 
 pytestmark = pytest.mark.postgres

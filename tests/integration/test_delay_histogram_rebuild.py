@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.audit.log import AuditLog
-from service.audit.writer import AuditWriter
-from service.campaign import CampaignSpec
-from service.config import Settings
-from service.delay_tail import BUCKETS, bucket_of
-from service.engine import DecisionEngine, EngineOptions
-from service.replay.rebuild import rebuild_redis, restore_memory
-from service.store.memory import MemoryStore
-from service.store.redis import RedisStore
-from service.timeutil import format_time
-from service.tokens import TokenSigner
+from latebandit.audit.log import AuditLog
+from latebandit.audit.writer import AuditWriter
+from latebandit.campaign import CampaignSpec
+from latebandit.config import Settings
+from latebandit.delay_tail import BUCKETS, bucket_of
+from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.replay.rebuild import rebuild_redis, restore_memory
+from latebandit.store.memory import MemoryStore
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import format_time
+from latebandit.tokens import TokenSigner
 
 pytestmark = [pytest.mark.redis]
 

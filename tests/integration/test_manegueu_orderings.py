@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from service.sim.runner import PolicyResult, mean_and_error, simulate
-from service.sim.scenario import scenario_from_mapping
+from latebandit.sim.runner import PolicyResult, mean_and_error, simulate
+from latebandit.sim.scenario import scenario_from_mapping
 
 
 def pareto(alpha: float) -> dict[str, Any]:

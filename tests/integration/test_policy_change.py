@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import redis
 
-from service.audit.log import AuditLog
-from service.audit.writer import AuditWriter
-from service.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
-from service.config import Settings
-from service.engine import DecisionEngine, EngineOptions
-from service.replay.rebuild import rebuild_redis, replay_audit
-from service.store.base import CampaignMoved, CampaignRefused, DecisionStatus, StateStore
-from service.store.redis import RedisStore
-from service.timeutil import MICROS, format_time
-from service.tokens import TokenSigner
+from latebandit.audit.log import AuditLog
+from latebandit.audit.writer import AuditWriter
+from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
+from latebandit.config import Settings
+from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.replay.rebuild import rebuild_redis, replay_audit
+from latebandit.store.base import CampaignMoved, CampaignRefused, DecisionStatus, StateStore
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS, format_time
+from latebandit.tokens import TokenSigner
 from tests.integration.test_store_contract import T0, conversion, make_campaign, pull, store  # noqa: F401
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]

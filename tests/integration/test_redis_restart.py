@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from service.store.base import StoreUnavailable
-from service.store.redis import RedisStore
+from latebandit.store.base import StoreUnavailable
+from latebandit.store.redis import RedisStore
 from tests.faults import redis_server
 
 

@@ -8,9 +8,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.sim.logs import simulated_logs
-from service.sim.scenario import scenario_from_mapping
+from latebandit.cli import app
+from latebandit.sim.logs import simulated_logs
+from latebandit.sim.scenario import scenario_from_mapping
 
 
 @pytest.fixture(scope="module")

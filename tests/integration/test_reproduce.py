@@ -11,10 +11,10 @@ import numpy as np
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.sim.reproductions import REPRODUCTIONS
-from service.sim.runner import simulate
-from service.sim.scenario import scenario_from_mapping
+from latebandit.cli import app
+from latebandit.sim.reproductions import REPRODUCTIONS
+from latebandit.sim.runner import simulate
+from latebandit.sim.scenario import scenario_from_mapping
 from tests.unit.test_sim_scenario import CONTRACT_EXAMPLE
 
 # The CONTRACT.md example, shrunk to run in a moment.

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.policies import SchedulePolicy
-from service.sim.environment import Environment, policy_generator
-from service.sim.players import SchedulePlayer
-from service.sim.reproductions.pikeburke2018 import uniform_steps
-from service.sim.runner import mean_and_error, run_policy, simulate
-from service.sim.scenario import Scenario, scenario_from_mapping
+from latebandit.cli import app
+from latebandit.policies import SchedulePolicy
+from latebandit.sim.environment import Environment, policy_generator
+from latebandit.sim.players import SchedulePlayer
+from latebandit.sim.reproductions.pikeburke2018 import uniform_steps
+from latebandit.sim.runner import mean_and_error, run_policy, simulate
+from latebandit.sim.scenario import Scenario, scenario_from_mapping
 
 UNIFORM_0_20 = uniform_steps(0, 20)
 
@@ -52,7 +52,7 @@ def arms_played(scenario: Scenario) -> np.ndarray:
 
 
 def scenario_policy_object(scenario: Scenario) -> SchedulePolicy:
-    from service.sim.runner import make_policy_for
+    from latebandit.sim.runner import make_policy_for
 
     policy = make_policy_for(scenario, scenario.policies[0])
     assert isinstance(policy, SchedulePolicy)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from service.campaign import CampaignSpec
-from service.engine import DecisionEngine, EngineOptions
-from service.sim.environment import Environment, policy_generator
-from service.sim.runner import make_policy_for
-from service.sim.scenario import scenario_from_mapping
-from service.sim.segments import ScheduleDriver
-from service.store.memory import MemoryStore
-from service.timeutil import format_time
-from service.tokens import TokenSigner
+from latebandit.campaign import CampaignSpec
+from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.sim.environment import Environment, policy_generator
+from latebandit.sim.runner import make_policy_for
+from latebandit.sim.scenario import scenario_from_mapping
+from latebandit.sim.segments import ScheduleDriver
+from latebandit.store.memory import MemoryStore
+from latebandit.timeutil import format_time
+from latebandit.tokens import TokenSigner
 
 HORIZON = 2500
 T0 = 1_800_000_000_000_000

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.campaign import Campaign, CampaignStatus
-from service.policies.schedule import Next, Observed, Plan, Segment
-from service.store.base import AnonymousEvent, CampaignRefused, Pull, StateStore
-from service.store.memory import MemoryStore
-from service.store.redis import RedisStore
-from service.store.schedule import ClaimStatus
+from latebandit.campaign import Campaign, CampaignStatus
+from latebandit.policies.schedule import Next, Observed, Plan, Segment
+from latebandit.store.base import AnonymousEvent, CampaignRefused, Pull, StateStore
+from latebandit.store.memory import MemoryStore
+from latebandit.store.redis import RedisStore
+from latebandit.store.schedule import ClaimStatus
 
 T0 = 1_800_000_000_000_000
 SECOND = 1_000_000
@@ -254,7 +254,7 @@ async def _apply(store: StateStore, campaign: Campaign, clock: Clock, step: int,
 
 
 def test_observed_of_a_record_counts_its_slots() -> None:
-    from service.store.schedule import PlayedSegment
+    from latebandit.store.schedule import PlayedSegment
 
     record = PlayedSegment(1, Segment(0, 5, True), first=10, start=T0)
     assert record.observed(12) == Observed(Segment(0, 5, True), 3, 0.0)
@@ -265,7 +265,7 @@ def test_observed_of_a_record_counts_its_slots() -> None:
 async def test_a_worker_that_asked_for_the_first_plan_does_not_plan_past_it(stores) -> None:
     """Two workers find no plan; one commits the first. The other must not then plan from it (that would
     replace ODAAF's phase 1 by phase 2 before a slot was played): it plans only after the version it saw."""
-    from service.scheduling import Scheduler
+    from latebandit.scheduling import Scheduler
 
     clock = Clock()
     store, campaign = stores(clock), make_campaign()

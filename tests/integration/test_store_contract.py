@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.audit.records import Outcome
-from service.campaign import Campaign, CampaignStatus
-from service.exposure import bucket_moments
-from service.store.base import CampaignRefused, DecisionStatus, PreparedConversion, Pull, StateStore
-from service.store.memory import MemoryStore
-from service.store.redis import RedisStore
+from latebandit.audit.records import Outcome
+from latebandit.campaign import Campaign, CampaignStatus
+from latebandit.exposure import bucket_moments
+from latebandit.store.base import CampaignRefused, DecisionStatus, PreparedConversion, Pull, StateStore
+from latebandit.store.memory import MemoryStore
+from latebandit.store.redis import RedisStore
 
 T0 = 1_800_000_000_000_000  # a fixed epoch in µs; the stores never read a clock except for key expiry
 
@@ -244,7 +244,7 @@ async def test_value_sums_are_ieee_doubles_in_arrival_order(store: StateStore) -
 async def test_a_pause_between_chunks_reports_what_was_applied(redis_url: str, redis_prefix: str) -> None:
     """Redis applies a large batch in atomic chunks; a pause landing between two of them must leave the
     first chunk's outcomes visible to the caller, not report the whole batch as refused."""
-    from service.store import redis as redis_module
+    from latebandit.store import redis as redis_module
 
     store = RedisStore(redis_url, redis_prefix)
     campaign = make_campaign()

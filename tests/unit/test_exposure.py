@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.campaign import Campaign
-from service.exposure import bucket_moments, exposure
-from service.store.base import Pull
-from service.store.memory import MemoryStore
-from service.timeutil import MICROS
+from latebandit.campaign import Campaign
+from latebandit.exposure import bucket_moments, exposure
+from latebandit.store.base import Pull
+from latebandit.store.memory import MemoryStore
+from latebandit.timeutil import MICROS
 
 T0 = 1_800_000_000 * MICROS
 WINDOW = 86_400.0

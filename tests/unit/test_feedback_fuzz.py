@@ -12,12 +12,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.campaign import CampaignSpec, CampaignStatus
-from service.engine import DecisionEngine, EngineOptions
-from service.feedback import Reason
-from service.store.memory import MemoryStore
-from service.timeutil import MICROS
-from service.tokens import TokenSigner
+from latebandit.campaign import CampaignSpec, CampaignStatus
+from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.feedback import Reason
+from latebandit.store.memory import MemoryStore
+from latebandit.timeutil import MICROS
+from latebandit.tokens import TokenSigner
 
 NOW = 1_900_000_000 * MICROS
 SPEC = {"arms": ["a", "b"], "policy": {"name": "delayed-klucb", "params": {}},

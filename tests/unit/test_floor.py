@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from service.campaign import CampaignSpec
-from service.policies import POLICIES, ArmStats, Choice, Policy, make_policy
-from service.policies.floor import with_floor
-from service.sim.runner import run_policy
-from service.sim.scenario import ScenarioError, scenario_from_mapping
+from latebandit.campaign import CampaignSpec
+from latebandit.policies import POLICIES, ArmStats, Choice, Policy, make_policy
+from latebandit.policies.floor import with_floor
+from latebandit.sim.runner import run_policy
+from latebandit.sim.scenario import ScenarioError, scenario_from_mapping
 
 RUNS = 200_000
 

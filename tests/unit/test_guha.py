@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from service.delays import delay_from_spec
-from service.policies import ArmStats, make_policy
-from service.policies.blockstream import ArmShape, BlockStreamArm, first_continuing
-from service.policies.guha import delay_in_plays
-from service.policies.guha_plan import PlanTooLarge, check_size, solve_plan
-from service.sim.runner import run_policy
-from service.sim.scenario import scenario_from_mapping
+from latebandit.delays import delay_from_spec
+from latebandit.policies import ArmStats, make_policy
+from latebandit.policies.blockstream import ArmShape, BlockStreamArm, first_continuing
+from latebandit.policies.guha import delay_in_plays
+from latebandit.policies.guha_plan import PlanTooLarge, check_size, solve_plan
+from latebandit.sim.runner import run_policy
+from latebandit.sim.scenario import scenario_from_mapping
 
 
 def brute_force(a: float, b: float, horizon: int, delay: int, lam: float) -> float:

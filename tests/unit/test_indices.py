@@ -1,4 +1,4 @@
-"""The divergences and KL-UCB solvers of service.policies.indices against independent oracles:
+"""The divergences and KL-UCB solvers of latebandit.policies.indices against independent oracles:
 SMPyBandits' ``kullback`` module (peer-implementations.md §1), scipy's brentq and the Lambert-W closed
 form (vernade2017.md §3.5), plus the index properties listed in §3.7."""
 
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 from scipy.special import lambertw
 
-from service.policies import indices
-from service.policies.indices import d_poisson, exploration, kl_bernoulli, klucb_bernoulli, klucb_poisson
+from latebandit.policies import indices
+from latebandit.policies.indices import d_poisson, exploration, kl_bernoulli, klucb_bernoulli, klucb_poisson
 
 RATE = st.floats(min_value=1e-6, max_value=5.0)
 SMALL_RATE = st.floats(min_value=1e-6, max_value=1.0 - 1e-6)

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from service.campaign import Campaign
-from service.delay_tail import BUCKETS, bucket_of, lower_edges, tail_exponent, upper_edges
-from service.exposure import bucket_moments, exposure
-from service.policies import ArmStats, make_policy
-from service.sim.environment import Environment
-from service.sim.feeds import Ledger
-from service.sim.patient import Patient
-from service.sim.scenario import scenario_from_mapping
-from service.store.base import Pull
-from service.store.memory import MemoryStore
+from latebandit.campaign import Campaign
+from latebandit.delay_tail import BUCKETS, bucket_of, lower_edges, tail_exponent, upper_edges
+from latebandit.exposure import bucket_moments, exposure
+from latebandit.policies import ArmStats, make_policy
+from latebandit.sim.environment import Environment
+from latebandit.sim.feeds import Ledger
+from latebandit.sim.patient import Patient
+from latebandit.sim.scenario import scenario_from_mapping
+from latebandit.store.base import Pull
+from latebandit.store.memory import MemoryStore
 
 T0 = 1_800_000_000_000_000
 

@@ -1,4 +1,4 @@
-"""Label cardinality caps (service/metrics.py): campaigns and arms beyond them never get labels of their own."""
+"""Label cardinality caps (latebandit/metrics.py): campaigns and arms beyond them never get labels of their own."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from service import metrics
+from latebandit import metrics
 
 
 @pytest.fixture

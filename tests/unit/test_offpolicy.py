@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from service.policies import POLICIES, ArmStats, Choice, Policy, make_policy
-from service.replay.evaluate import evaluate, target_campaign
-from service.replay.logged import NotEvaluable, read_campaign_log
-from service.replay.reenact import reenact
-from service.sim.logs import simulated_logs, true_value
-from service.sim.scenario import scenario_from_mapping
-from service.timeutil import MICROS, format_time
+from latebandit.policies import POLICIES, ArmStats, Choice, Policy, make_policy
+from latebandit.replay.evaluate import evaluate, target_campaign
+from latebandit.replay.logged import NotEvaluable, read_campaign_log
+from latebandit.replay.reenact import reenact
+from latebandit.sim.logs import simulated_logs, true_value
+from latebandit.sim.scenario import scenario_from_mapping
+from latebandit.timeutil import MICROS, format_time
 
 ARMS = [0.5, 0.3, 0.2]
 LOGS = 100
@@ -237,7 +237,7 @@ def test_the_evaluated_policy_sees_each_conversion_at_its_time_never_earlier(mon
             age = min(now - log.decisions[j].at / MICROS, 30.0)
             effective[log.decisions[j].arm] += 1 - math.exp(-age / mean)
         # exact (exponential moments) but for the bucket straddling the window's edge: at most one pull
-        # here, off by at most F(m) − F(m − w) (service/exposure.py)
+        # here, off by at most F(m) − F(m − w) (service/latebandit/exposure.py)
         np.testing.assert_allclose(stats.effective[0], effective, rtol=0, atol=math.exp(-6 + 30 / 64 / 5))
         delayed_at_some_point += logged_by_then > counted.sum()
     assert delayed_at_some_point > 100  # the log makes the timing matter at most decisions

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from service.delay_tail import BUCKETS
-from service.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
+from latebandit.delay_tail import BUCKETS
+from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
 DELAYED = {"delayed-ucb", "delayed-klucb"}

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from service.policies import make_policy
-from service.policies.pikeburke import log_term
-from service.policies.schedule import Next, Observed, Plan, SchedulePolicy
-from service.policies.wang import complete_rounds, mixed_probabilities, round_sizes_total
+from latebandit.policies import make_policy
+from latebandit.policies.pikeburke import log_term
+from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy
+from latebandit.policies.wang import complete_rounds, mixed_probabilities, round_sizes_total
 
 
 def rng() -> np.random.Generator:
@@ -240,7 +240,7 @@ def test_clw_feeds_the_tail_sum_over_two_d() -> None:
 
 
 def test_qpm_d_plays_ucb1_on_resolved_pulls() -> None:
-    from service.policies import ArmStats
+    from latebandit.policies import ArmStats
 
     policy = make_policy("qpm-d", {}, 3)
     stats = ArmStats(

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.delays import delay_from_spec
-from service.sim.accounting import BlockConvolution, DecayedSums, decay_terms, exposure_for
+from latebandit.delays import delay_from_spec
+from latebandit.sim.accounting import BlockConvolution, DecayedSums, decay_terms, exposure_for
 
 RUNS, ARMS, HORIZON = 5, 3, 700
 GEOMETRIC = {"family": "geometric", "p": 0.01}

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.delays import delay_from_spec
-from service.sim import environment
-from service.sim.environment import Calendar, Environment, Pull
-from service.sim.scenario import scenario_from_mapping
+from latebandit.delays import delay_from_spec
+from latebandit.sim import environment
+from latebandit.sim.environment import Calendar, Environment, Pull
+from latebandit.sim.scenario import scenario_from_mapping
 
 CRITEO_LIKE = {
     "family": "mixture",

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.delays import delay_from_spec
-from service.policies import ArmStats
-from service.sim.accounting import exposure_for
-from service.sim.environment import Environment, Pull
-from service.sim.feeds import Discarding, Feed, Ledger, PluginGeometric, PluginWindow, Resolution
-from service.sim.scenario import scenario_from_mapping
+from latebandit.delays import delay_from_spec
+from latebandit.policies import ArmStats
+from latebandit.sim.accounting import exposure_for
+from latebandit.sim.environment import Environment, Pull
+from latebandit.sim.feeds import Discarding, Feed, Ledger, PluginGeometric, PluginWindow, Resolution
+from latebandit.sim.scenario import scenario_from_mapping
 
 ROUNDS = 160
 DELAY = {"family": "geometric", "p": 0.1}

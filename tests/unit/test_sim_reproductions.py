@@ -7,10 +7,10 @@ import numpy as np
 import orjson
 import pytest
 
-from service.sim.reproductions import REPRODUCTIONS
-from service.sim.reproductions.base import Reproduction, markers, reference_checks, reproduction_json
-from service.sim.reproductions.vernade2017 import THETA_H, THETA_L, pseudo_regret_bound, tau
-from service.sim.runner import PolicyResult, check_runnable, recording_rounds
+from latebandit.sim.reproductions import REPRODUCTIONS
+from latebandit.sim.reproductions.base import Reproduction, markers, reference_checks, reproduction_json
+from latebandit.sim.reproductions.vernade2017 import THETA_H, THETA_L, pseudo_regret_bound, tau
+from latebandit.sim.runner import PolicyResult, check_runnable, recording_rounds
 
 
 def synthetic(reproduction: Reproduction, runs: int = 4) -> tuple[list, dict[str, list[PolicyResult]]]:

@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.policies import ArmStats, make_policy
-from service.sim.environment import Environment, policy_generator
-from service.sim.runner import PolicyResult, contract_json, recording_rounds, run_policy, simulate
-from service.sim.scenario import Scenario, ScenarioError, scenario_from_mapping
+from latebandit.policies import ArmStats, make_policy
+from latebandit.sim.environment import Environment, policy_generator
+from latebandit.sim.runner import PolicyResult, contract_json, recording_rounds, run_policy, simulate
+from latebandit.sim.scenario import Scenario, ScenarioError, scenario_from_mapping
 
 GEOMETRIC = {"family": "geometric", "p": 0.02}
 
@@ -35,7 +35,7 @@ def make(policies: list[dict[str, Any]], **overrides: Any) -> Scenario:
 def plain_loop(scenario: Scenario, index: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The runs stepped in lockstep, each a plain one-run simulation that keeps the table of its pulls and
     recomputes N, S and Ñ from it: (T, R) regret and (R,) L(T). The runs share the policy generator in
-    run order, which is what a batch of R consumes per round (service/policies/base.py, uniform_among)."""
+    run order, which is what a batch of R consumes per round (service/latebandit/policies/base.py, uniform_among)."""
     spec = scenario.policies[index]
     policy = make_policy(spec.name, spec.params, scenario.n_arms)
     rng = policy_generator(scenario.seed)
@@ -174,7 +174,7 @@ def test_planned_policies_play_the_same_in_blocks_as_round_by_round(
 ) -> None:
     """Blocks of rounds in which no run changes arm are a speed-up only: the regret is identical to playing
     round by round, and L(T) is Σ_s Δ_{A_s}·τ(min(T − s, m)) over the arms actually played."""
-    from service.sim.players import SchedulePlayer
+    from latebandit.sim.players import SchedulePlayer
 
     scenario = make([policy], horizon=3000, checkpoints=[1000, 3000], **overrides)
     blocks: list[int] = []

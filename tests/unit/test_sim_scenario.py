@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-from service.sim.environment import Environment
-from service.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
+from latebandit.sim.environment import Environment
+from latebandit.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
 
 CONTRACT_EXAMPLE: dict[str, Any] = {
     "horizon": 10000,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.tokens import MAX_TOKEN_LENGTH, DecisionToken, InvalidToken, TokenSigner, new_nonce
+from latebandit.tokens import MAX_TOKEN_LENGTH, DecisionToken, InvalidToken, TokenSigner, new_nonce
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}", fullmatch=True)
 tokens = st.builds(

@@ -1,0 +1,306 @@
+"""The FastAPI application: routes of CONTRACT.md over the decision engine.
+
+Bodies of /choose and /feedback are decoded with orjson and answered with pre-serialised JSON: they are
+the hot paths. /feedback validates events one by one (a bad event is its own ``rejected`` entry), so its
+body is parsed by hand and its schema is declared for the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from http import HTTPStatus
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from latebandit import metrics
+from latebandit.api.auth import ApiKeyGate, ApiKeys
+from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
+from latebandit.config import Settings
+from latebandit.engine import CampaignExists, DecisionEngine, UnknownCampaign
+from latebandit.feedback import MAX_EVENTS, Reason
+from latebandit.ids import Identifier
+from latebandit.logs import RequestLog
+from latebandit.replay.rebuild import replay_audit
+from latebandit.runtime import Runtime
+from latebandit.store.base import CampaignMoved, StoreUnavailable
+from latebandit.timeutil import parse_time
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+admin_log = logging.getLogger("latebandit.admin")
+
+
+class ChooseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    campaign: Identifier
+    request_id: Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,256}$")] | None = None
+
+
+CHOOSE_SCHEMA = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": ChooseRequest.model_json_schema()}}}
+}
+FEEDBACK_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["events"],
+                    "properties": {"events": {"type": "array", "maxItems": MAX_EVENTS, "items": {"type": "object"}}},
+                }
+            }
+        },
+    }
+}
+
+
+def problems(errors: Sequence[Any]) -> str:
+    """Validation errors as one line: ``field: message; field: message``."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc'] if part != 'body') or 'body'}: {item['msg']}" for item in errors
+    )
+
+
+def error(status_code: int, code: str, detail: str) -> HTTPException:
+    return HTTPException(status_code, detail={"error": code, "detail": detail})
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes with a 413, by Content-Length or while streaming. A plain ASGI
+    middleware: Starlette's BaseHTTPMiddleware would cost a task per request on the hot paths."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except BodyTooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        detail = f"bodies are limited to {self.limit} bytes"
+        await JSONResponse({"error": "body_too_large", "detail": detail}, 413)(scope, receive, send)
+
+
+# ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in a thread pool, a thread hop per request.
+async def get_engine(request: Request) -> DecisionEngine:
+    return request.app.state.runtime.engine
+
+
+Engine = Annotated[DecisionEngine, Depends(get_engine)]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    keys = ApiKeys(settings.api_key_pairs())
+    metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
+    metrics.preset(reason.value for reason in Reason)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.build(settings)
+        await runtime.start()
+        app.state.runtime = runtime
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan)
+    app.add_middleware(ApiKeyGate, keys=keys)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = {"error": "invalid_request", "detail": problems(exc.errors())}
+        return JSONResponse(body, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Every error body is {"error": code, "detail": text}, including Starlette's own 404 and 405."""
+        if isinstance(exc.detail, dict):
+            body = exc.detail
+        else:
+            body = {"error": HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_"), "detail": str(exc.detail)}
+        return JSONResponse(body, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(UnknownCampaign)
+    async def unknown_campaign(request: Request, exc: UnknownCampaign) -> JSONResponse:
+        return JSONResponse({"error": "unknown_campaign", "detail": f"no campaign {exc.args[0]!r}"}, 404)
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
+        return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
+
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(RequestLog)  # outermost: refusals by the key gate and the body limit are logged too
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    @app.post("/campaigns", status_code=201)
+    async def create_campaign(spec: CampaignSpec, engine: Engine) -> Response:
+        try:
+            campaign = await engine.create_campaign(spec)
+        except CampaignExists as exists:
+            campaign_id, why = exists.args
+            raise error(409, "campaign_exists", f"campaign {campaign_id!r} cannot be created: {why}") from exists
+        admin_log.info("campaign created", extra={"campaign": campaign.id, "policy": campaign.policy.name})
+        return json_response(campaign.public(), 201)
+
+    @app.get("/campaigns")
+    async def list_campaigns(engine: Engine) -> Response:
+        return json_response({"campaigns": await engine.store.list_campaigns()})
+
+    @app.get("/campaigns/{campaign_id}")
+    async def get_campaign(campaign_id: Identifier, engine: Engine) -> Response:
+        return json_response((await engine.campaign(campaign_id, fresh=True)).public())
+
+    @app.get("/campaigns/{campaign_id}/state")
+    async def get_state(
+        campaign_id: Identifier, engine: Engine, request: Request, at: Annotated[str | None, Query()] = None
+    ) -> Response:
+        if at is None:
+            return json_response(await engine.state(campaign_id))
+        try:
+            moment = parse_time(at)
+        except ValueError as bad:
+            raise error(422, "invalid_request", f"at: {bad}") from bad
+        if moment >= engine.clock():
+            return json_response(await engine.state(campaign_id, moment))
+        await engine.campaign(campaign_id, fresh=True)
+        return json_response(await state_from_audit(request.app.state.runtime, campaign_id, moment))
+
+    @app.post("/campaigns/{campaign_id}/pause")
+    async def pause(campaign_id: Identifier, engine: Engine) -> Response:
+        campaign = await engine.set_status(campaign_id, CampaignStatus.PAUSED)
+        admin_log.info("campaign paused", extra={"campaign": campaign_id})
+        return json_response(campaign.public())
+
+    @app.post("/campaigns/{campaign_id}/resume")
+    async def resume(campaign_id: Identifier, engine: Engine) -> Response:
+        campaign = await engine.set_status(campaign_id, CampaignStatus.ACTIVE)
+        admin_log.info("campaign resumed", extra={"campaign": campaign_id})
+        return json_response(campaign.public())
+
+    @app.post("/campaigns/{campaign_id}/policy")
+    async def change_policy(campaign_id: Identifier, change: PolicyChange, engine: Engine) -> Response:
+        """The campaign's next policy version: a fresh state under the new policy, the old version's history
+        kept in the audit log (GET /state?at= a time before the change still shows it)."""
+        try:
+            campaign = await engine.change_policy(campaign_id, change)
+        except ValidationError as invalid:
+            raise error(422, "invalid_request", problems(invalid.errors())) from invalid
+        except CampaignMoved as moved:
+            raise error(409, "policy_changed", "another policy change happened meanwhile: read and retry") from moved
+        admin_log.info("campaign policy changed", extra={"campaign": campaign_id, "policy": campaign.policy.name,
+                                                        "version": campaign.version})  # fmt: skip
+        return json_response(campaign.public())
+
+    # decisions and feedback -----------------------------------------------------------------------
+
+    @app.post("/choose", openapi_extra=CHOOSE_SCHEMA)
+    async def choose(request: Request) -> Response:
+        """The body is validated straight from bytes (pydantic-core), without FastAPI's body and dependency
+        machinery: this is the hottest path."""
+        started = time.perf_counter()
+        try:
+            body = ChooseRequest.model_validate_json(await request.body())
+        except ValidationError as invalid:
+            raise error(422, "invalid_request", problems(invalid.errors())) from invalid
+        decision = await request.app.state.runtime.engine.choose(body.campaign, body.request_id)
+        metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
+        return json_response(decision.body())
+
+    @app.post("/feedback", openapi_extra=FEEDBACK_SCHEMA)
+    async def feedback(request: Request, engine: Engine) -> Response:
+        started = time.perf_counter()
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as bad:
+            raise error(422, "invalid_request", f"body is not JSON: {bad}") from bad
+        if not isinstance(body, dict) or not isinstance(body.get("events"), list):
+            raise error(422, "invalid_request", 'the body must be {"events": [...]}')
+        if len(body["events"]) > MAX_EVENTS:
+            raise error(413, "batch_too_large", f"at most {MAX_EVENTS} events per request")
+        result = await engine.feedback(body["events"])
+        metrics.FEEDBACK_LATENCY.observe(time.perf_counter() - started)
+        return json_response(result.body())
+
+    # operations -----------------------------------------------------------------------------------
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        payload, content_type = metrics.exposition()
+        return Response(payload, media_type=content_type)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        runtime: Runtime = request.app.state.runtime
+        checks: dict[str, str] = {}
+        try:
+            await runtime.store.ping()
+            checks["store"] = "ok"
+        except StoreUnavailable as down:
+            checks["store"] = str(down)
+        try:
+            await asyncio.to_thread(runtime.audit.ping)
+            checks["audit"] = "ok"
+        except Exception as down:  # any database error means "not ready", with its message
+            checks["audit"] = str(down)
+        ready = all(value == "ok" for value in checks.values())
+        return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+
+    return app
+
+
+async def state_from_audit(runtime: Runtime, campaign_id: str, at: int) -> dict[str, Any]:
+    """The state as of a past moment: the audit log replayed up to it (after draining the audit queue)."""
+    await runtime.writer.flush()
+    replayer = await replay_audit(runtime.audit, runtime.settings, campaign_id, as_of=at)
+    if campaign_id not in replayer.campaigns:
+        raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time")
+    return await replayer.state(campaign_id, at)

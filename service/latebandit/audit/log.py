@@ -1,0 +1,193 @@
+"""The audit log in SQL (PostgreSQL in production, a SQLite file embedded): idempotent writes of queue
+entries, and the records streamed back in queue order for export, replay and rebuild.
+
+Every method is synchronous and thread-safe (a pooled connection per call): the async service calls them
+through ``asyncio.to_thread`` so a slow database never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from latebandit.audit import migrate
+from latebandit.audit.models import MODELS, QUEUE_KEY, TABLE_OF_TYPE, AuditModel, CampaignEvent
+from latebandit.audit.queue import QueueEntry
+from latebandit.audit.records import Record
+
+INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+STREAM_CHUNK = 1_000
+STATEMENT_TIMEOUT_MS = 60_000
+# A transaction whose client vanished in a network partition (the server never saw the connection close)
+# keeps its row locks until the server's TCP keepalive gives up, two hours by default; the writer's retry
+# of the same rows would wait on those locks all that time. The server ends such a transaction sooner.
+IDLE_IN_TRANSACTION_MS = 10_000
+
+
+def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
+    """An engine for the audit database. SQLite gets WAL (readers never block the writer), synchronous
+    NORMAL (durable across a process crash, one fsync per checkpoint), connections usable from any thread,
+    and real transactions (BEGIN emitted by SQLAlchemy, so reads in one transaction see one snapshot and
+    DDL is transactional). PostgreSQL connections are checked before use, so a restarted server costs
+    one retry, not an error."""
+    if sqlalchemy_url.startswith("sqlite"):
+        engine = create_engine(sqlalchemy_url, connect_args={"check_same_thread": False, "timeout": 30}, **options)
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None  # SQLAlchemy, not the driver, begins transactions
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection: Connection) -> None:
+            connection.exec_driver_sql("BEGIN")
+
+        return engine
+    if sqlalchemy_url.startswith("postgresql"):
+        # Plain executemany of a one-row INSERT (psycopg pipelines it): SQLAlchemy's default multi-row VALUES
+        # pages are too long for psycopg's statement cache and are re-parsed client-side every time.
+        return create_engine(
+            sqlalchemy_url,
+            pool_pre_ping=True,
+            # A hung server must not hold the writer (and every flush) for the kernel's TCP timeout.
+            connect_args={
+                "connect_timeout": 5,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}",
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
+            use_insertmanyvalues=False,
+            **options,
+        )
+    raise ValueError(f"the audit log needs PostgreSQL or SQLite, not {sqlalchemy_url.split(':', 1)[0]!r}")
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    current: str | None  # None: no schema yet
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+
+class AuditLog:
+    def __init__(self, sqlalchemy_url: str) -> None:
+        self.url = sqlalchemy_url
+        self.engine = audit_engine(sqlalchemy_url)
+        self._insert = INSERTS[self.engine.dialect.name]
+
+    def create_schema(self) -> None:
+        """Bring the schema to head through the same Alembic migrations as ``latebandit migrate``, so an
+        embedded SQLite file has the same schema history as a PostgreSQL database."""
+        migrate.upgrade(self.url)
+
+    def schema_status(self) -> SchemaStatus:
+        return SchemaStatus(migrate.current_revision(self.url), migrate.head_revision())
+
+    def ping(self) -> None:
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def write(self, entries: list[QueueEntry]) -> int:
+        """Insert the entries' records in one transaction; rows already there (same queue key) are skipped,
+        so writing an entry again is harmless. Returns the rows actually inserted."""
+        rows: defaultdict[AuditModel, list[dict[str, Any]]] = defaultdict(list)
+        for entry in entries:
+            entry_ms, entry_seq = entry.order_key()
+            for position, record in enumerate(entry.records):
+                model = TABLE_OF_TYPE[record["type"]]
+                key = {
+                    "campaign": entry.campaign,
+                    "entry_ms": entry_ms,
+                    "entry_seq": entry_seq,
+                    "position": position,
+                }
+                rows[model].append(key | model.row(record))
+        inserted = 0
+        with self.engine.begin() as connection:
+            for model, values in rows.items():
+                table = model.__table__
+                statement = self._insert(table).on_conflict_do_nothing(index_elements=QUEUE_KEY)
+                statement = statement.execution_options(preserve_rowcount=True)
+                inserted += connection.execute(statement, values).rowcount
+        return inserted
+
+    def last_entry(self) -> tuple[int, int]:
+        """The highest queue id written, so that a new in-process queue continues after it."""
+        with self.engine.connect() as connection:
+            keys = [
+                connection.execute(
+                    select(model.entry_ms, model.entry_seq).order_by(model.entry_ms.desc(), model.entry_seq.desc())
+                ).first()
+                for model in MODELS
+            ]
+        return max((tuple(key) for key in keys if key is not None), default=(0, 0))  # type: ignore[return-value]
+
+    def campaigns(self) -> list[str]:
+        """Every campaign the log knows (each one's first record is its creation)."""
+        with self.engine.connect() as connection:
+            return sorted(connection.scalars(select(CampaignEvent.campaign).distinct()))
+
+    def has_campaign(self, campaign: str) -> bool:
+        with self.engine.connect() as connection:
+            query = select(CampaignEvent.campaign).where(CampaignEvent.campaign == campaign).limit(1)
+            return connection.scalar(query) is not None
+
+    def created(self, campaign: str) -> dict[str, Any] | None:
+        """The configuration a campaign was created with (ids are never reused, so there is one)."""
+        with self.engine.connect() as connection:
+            query = select(CampaignEvent.config).where(
+                CampaignEvent.campaign == campaign, CampaignEvent.action == "create"
+            )
+            return connection.scalar(query.limit(1))
+
+    def records(self, campaign: str | None, since_us: int | None, until_us: int | None) -> Iterator[Record]:
+        """The records as the store queued them, in queue order within each campaign, campaigns one after
+        another. ``since_us`` (inclusive) and ``until_us`` (exclusive) bound the time the service recorded
+        each event (a campaign change's or decision's ``at``, a feedback event's ``received_at``): a
+        conversion falls in the range it arrived in, however long after its decision. Streamed from one
+        snapshot."""
+        campaigns = [campaign] if campaign is not None else self.campaigns()
+        with self._snapshot() as connection:
+            for name in campaigns:
+                streams = [self._stream(connection, model, name, since_us, until_us) for model in MODELS]
+                for _, record in heapq.merge(*streams, key=lambda pair: pair[0]):
+                    yield record
+
+    def _snapshot(self) -> Connection:
+        """A connection whose reads share one snapshot (SQLite: one BEGIN; PostgreSQL: repeatable read)."""
+        connection = self.engine.connect()
+        if self.engine.dialect.name == "postgresql":
+            return connection.execution_options(isolation_level="REPEATABLE READ")
+        return connection
+
+    @staticmethod
+    def _stream(
+        connection: Connection, model: AuditModel, campaign: str, since_us: int | None, until_us: int | None
+    ) -> Iterator[tuple[tuple[int, int, int], Record]]:
+        table = model.__table__
+        query = select(table).where(table.c.campaign == campaign)
+        if since_us is not None:
+            query = query.where(table.c[model.logged_at] >= since_us)
+        if until_us is not None:
+            query = query.where(table.c[model.logged_at] < until_us)
+        query = query.order_by(table.c.entry_ms, table.c.entry_seq, table.c.position)
+        for row in connection.execution_options(yield_per=STREAM_CHUNK).execute(query).mappings():
+            yield (row["entry_ms"], row["entry_seq"], row["position"]), model.record(row)

@@ -1,0 +1,196 @@
+"""A campaign: its arms, policy, delay model and censoring window, validated once at creation.
+
+The body is CONTRACT.md's; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
+divides the window, which bounds the error of the effective count Ñ (see exposure.py).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from latebandit.delay_facts import with_delay_facts
+from latebandit.delays import DelayModel, delay_from_spec
+from latebandit.ids import Identifier
+from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
+from latebandit.policies.floor import check_floor
+from latebandit.timeutil import MICROS, format_time
+
+DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
+DEFAULT_BUCKETS = 64
+MAX_ARMS = 256
+MIN_WINDOW_SECONDS = 1.0
+MAX_WINDOW_SECONDS = 10 * 365 * 86_400.0
+MAX_EXACT_DECAY = 30.0
+DEFAULT_LATENESS_SECONDS = 3600.0
+
+
+class CampaignStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+
+
+class PolicySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_per_slot: float | None) -> Policy:
+    """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices; a planning
+    policy gets the delay facts it needs from the delay model, in slots, unless its params give them. The
+    service knows no horizon (guha-bayes plans over its rolling window) and counts delays in seconds."""
+    params = dict(spec.params)
+    if spec.name == "fixed" and isinstance(params.get("arm"), str):
+        if params["arm"] not in arms:
+            raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
+        params["arm"] = arms.index(params["arm"])
+    cls = POLICIES[spec.name]
+    if issubclass(cls, SchedulePolicy):
+        params = with_delay_facts(spec.name, cls.PARAMS, params, delay, seconds_per_slot)
+    delays = () if delay.family == "unknown" else (delay,) * len(arms)
+    return make_policy(spec.name, params, len(arms), Setting(None, delays, seconds=True))
+
+
+class CampaignSpec(BaseModel):
+    """What a user sends to ``POST /campaigns``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Identifier
+    arms: list[Identifier] = Field(min_length=1, max_length=MAX_ARMS)
+    policy: PolicySpec
+    delay: dict[str, Any] = Field(default_factory=lambda: {"family": "unknown"})
+    window: float = Field(
+        default=DEFAULT_WINDOW_SECONDS,
+        ge=MIN_WINDOW_SECONDS,
+        le=MAX_WINDOW_SECONDS,
+        strict=True,
+        description="censoring window m in seconds (default 30 days)",
+    )
+    default_arm: Identifier | None = None
+    buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
+    exploration_floor: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="minimum propensity of every arm (0: off), at most 1/#arms"
+    )
+    slot_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_WINDOW_SECONDS, description="planning policies: wall-clock slots of this length"
+    )
+    decisions_per_second: float | None = Field(
+        default=None, gt=0, le=1e9, description="planning policies: the peak decision rate, to turn delays into slots"
+    )
+    allowed_lateness: float = Field(
+        default=DEFAULT_LATENESS_SECONDS, ge=0, le=MAX_WINDOW_SECONDS,
+        description="planning policies: how long after a segment's end its feedback is taken as complete",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignSpec:
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError("arms must be distinct")
+        if self.default_arm is None:
+            self.default_arm = self.arms[0]
+        elif self.default_arm not in self.arms:
+            raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
+        if self.policy.name not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
+        try:
+            model = delay_from_spec(self.delay)
+        except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
+            raise ValueError(f"delay: {error}") from error
+        policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot)
+        check_floor(policy, self.exploration_floor)
+        if policy.needs_band():
+            raise ValueError(
+                f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "
+                "by round age, which only the simulator keeps; the service supports estimator 1 (the default)"
+            )
+        if POLICIES[self.policy.name].delay_corrected:
+            if model.family == "unknown":
+                raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
+            if float(model.cdf(self.window)) <= 0.0:
+                raise ValueError("the delay model puts no conversion inside the window: none could ever count")
+        return self
+
+    @property
+    def seconds_per_slot(self) -> float | None:
+        """How many seconds of delay make one slot (None when slots have no fixed duration)."""
+        if self.slot_seconds is not None:
+            return self.slot_seconds
+        return None if self.decisions_per_second is None else 1.0 / self.decisions_per_second
+
+
+class PolicyChange(BaseModel):
+    """What ``POST /campaigns/{id}/policy`` takes: a new policy and, optionally, a new delay model (a
+    delay-corrected policy needs one). Arms, window and buckets stay: tokens and histograms depend on them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicySpec
+    delay: dict[str, Any] | None = None
+
+
+class Campaign(CampaignSpec):
+    """A stored campaign: the spec plus what the service keeps about it."""
+
+    status: CampaignStatus = CampaignStatus.ACTIVE
+    version: int = 1
+    created_at: int = 0  # epoch microseconds
+
+    @cached_property
+    def delay_model(self) -> DelayModel:
+        return delay_from_spec(self.delay)
+
+    @cached_property
+    def policy_impl(self) -> Policy:
+        return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot)
+
+    @cached_property
+    def plans(self) -> bool:
+        """Its policy plays planned segments from a shared schedule (service/latebandit/store/schedule.py)."""
+        return isinstance(self.policy_impl, SchedulePolicy)
+
+    @cached_property
+    def slot_us(self) -> int | None:
+        return None if self.slot_seconds is None else max(1, round(self.slot_seconds * MICROS))
+
+    @cached_property
+    def lateness_us(self) -> int:
+        return round(self.allowed_lateness * MICROS)
+
+    @cached_property
+    def window_us(self) -> int:
+        return round(self.window * MICROS)
+
+    @cached_property
+    def bucket_width_us(self) -> int:
+        return -(-self.window_us // self.buckets)
+
+    @cached_property
+    def exact_components(self) -> tuple[tuple[float, float], ...]:
+        """The exponential components of F whose moments the histogram keeps (exposure.py): those not
+        much faster than a bucket, so that exp(±λ·w) stays within float range."""
+        width = self.bucket_width_us / MICROS
+        components = self.delay_model.exponential_components() or ()
+        return tuple((share, rate) for share, rate in components if rate * width <= MAX_EXACT_DECAY)
+
+    @cached_property
+    def arm_index(self) -> dict[str, int]:
+        return {arm: index for index, arm in enumerate(self.arms)}
+
+    def with_policy(self, change: PolicyChange) -> Campaign:
+        """The campaign's next policy version, validated as a whole campaign (ValueError if inconsistent)."""
+        spec = CampaignSpec.model_validate(
+            self.model_dump(include=set(CampaignSpec.model_fields)) | change.model_dump(exclude_none=True)
+        )
+        return Campaign(**spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at)
+
+    def public(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json", exclude={"created_at"})
+        body["created_at"] = format_time(self.created_at)
+        body["policy"]["resolved_params"] = self.policy_impl.params()
+        return body

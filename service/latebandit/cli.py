@@ -1,0 +1,402 @@
+"""The ``latebandit`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from latebandit.config import Settings
+
+app = typer.Typer(
+    help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True, pretty_exceptions_enable=False
+)
+console = Console(stderr=True)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
+    workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
+    insecure: Annotated[
+        bool, typer.Option(envvar="LATEBANDIT_INSECURE", help="allow a non-loopback bind without API keys")
+    ] = False,
+    redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
+    redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
+    redis_cluster: Annotated[bool | None, typer.Option(help="the Redis URL names a Redis Cluster node")] = None,
+    database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
+    secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
+    max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
+    api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
+    snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
+    dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
+    request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
+    metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
+    metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
+) -> None:
+    """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
+    Each flag sets the LATEBANDIT_* variable of the same name."""
+    import uvicorn
+
+    from latebandit.logs import log_config
+
+    flags = {
+        "redis_url": redis_url, "redis_prefix": redis_prefix, "redis_cluster": redis_cluster,
+        "database_url": database_url, "secret": secret,
+        "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
+        "snapshot_interval": snapshot_interval,
+        "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
+        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
+    }  # fmt: skip
+    for name, value in flags.items():
+        if value is not None:
+            os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
+    settings = Settings()
+    if not settings.api_key_pairs() and not _is_loopback(host):
+        if not insecure:
+            console.print(
+                f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
+            )
+            raise typer.Exit(2)
+        console.print(f"[yellow]warning: listening on {host} with no API keys: anyone who can reach it may act[/]")
+    if settings.redis_url is None and workers > 1:
+        console.print(
+            "[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1"
+        )
+        raise typer.Exit(2)
+    metrics_dir = None
+    if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        metrics_dir = tempfile.mkdtemp(prefix="latebandit-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        uvicorn.run(
+            "latebandit.api.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=settings.log_level,
+            log_config=log_config(settings.log_level),
+            access_log=False,  # latebandit.logs.RequestLog writes the access lines, with request ids
+        )
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+@app.command()
+def migrate() -> None:
+    """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file)."""
+    from latebandit.audit.migrate import head_revision, upgrade
+
+    settings = Settings()
+    upgrade(settings.sqlalchemy_url)
+    console.print(f"audit schema at revision [bold]{head_revision()}[/]")
+
+
+@app.command()
+def export(
+    campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None,
+    since: Annotated[str | None, typer.Option(help="only events at or after this RFC 3339 time")] = None,
+) -> None:
+    """Write the audit log as an event log (JSONL) to stdout."""
+    from latebandit.audit.export import export_lines
+    from latebandit.audit.log import AuditLog
+    from latebandit.timeutil import parse_time
+
+    audit = AuditLog(Settings().sqlalchemy_url)
+    if campaign is not None and not audit.has_campaign(campaign):
+        console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
+        raise typer.Exit(1)
+    out = sys.stdout
+    for line in export_lines(audit, campaign, parse_time(since) if since else None):
+        out.write(line + "\n")
+    out.flush()
+
+
+@app.command()
+def replay(
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="event log (JSONL)")],
+    campaign: Annotated[str | None, typer.Option(help="the campaign to report (default: the only one)")] = None,
+    at: Annotated[str | None, typer.Option(help="replay up to this time (default: the log's latest)")] = None,
+    dump_state: Annotated[Path | None, typer.Option(help="write the campaign's state object here")] = None,
+    policy: Annotated[
+        list[str] | None, typer.Option(help="evaluate this policy off-policy on the log (repeat for several)")
+    ] = None,
+    params: Annotated[list[str] | None, typer.Option(help="JSON params of each --policy, in the same order")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md estimate JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="plot the estimates over time (.png or .html)")] = None,
+    clip: Annotated[float, typer.Option(min=1.0, help="largest importance weight")] = 100.0,
+    estimator: Annotated[
+        str | None, typer.Option(help="replay, ips or doubly-robust (default: replay on uniform logs, else DR)")
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the evaluated policies' draws")] = 0,
+) -> None:
+    """Re-apply a log's decisions and feedback to the campaign's own policy and show the resulting state;
+    with --policy, also estimate each given policy's value on the log's traffic, delays re-enacted."""
+    from latebandit.replay.apply import Replayer, read_log
+    from latebandit.timeutil import parse_time
+
+    as_of = parse_time(at) if at else None
+    replayer = Replayer(as_of, Settings())
+    asyncio.run(replayer.apply_all(read_log(str(log))))
+    if not replayer.campaigns:
+        console.print("[red]the log holds no campaign line[/]")
+        raise typer.Exit(1)
+    if campaign is None:
+        if len(replayer.campaigns) > 1:
+            console.print(f"[red]the log holds several campaigns[/] ({', '.join(replayer.campaigns)}): pass --campaign")
+            raise typer.Exit(1)
+        campaign = next(iter(replayer.campaigns))
+    if campaign not in replayer.campaigns:
+        console.print(f"[red]no campaign {campaign!r} in the log[/]")
+        raise typer.Exit(1)
+    state = asyncio.run(replayer.state(campaign))
+    if dump_state is not None:
+        dump_state.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
+    _print_state(state)
+    for reason, count in replayer.skipped.items():
+        console.print(f"[yellow]skipped {count} line(s): {reason.replace('_', ' ')}[/]")
+    if policy:
+        _evaluate(log, campaign, as_of, policy, params or [], json_out, plot, clip, estimator, seed)
+    elif json_out is not None or plot is not None:
+        console.print("[red]--json and --plot report an off-policy evaluation: pass --policy[/]")
+        raise typer.Exit(2)
+
+
+def _evaluate(
+    log: Path, campaign: str, as_of: int | None, policies: list[str], params: list[str],
+    json_out: Path | None, plot: Path | None, clip: float, estimator: str | None, seed: int,
+) -> None:  # fmt: skip
+    """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot."""
+    from rich.markup import escape
+    from rich.progress import Progress
+
+    from latebandit.replay.apply import read_log
+    from latebandit.replay.evaluate import evaluate, logged_value
+    from latebandit.replay.logged import NotEvaluable, read_campaign_log
+    from latebandit.replay.report import rich_table, write_plot
+
+    if params and len(params) != len(policies):
+        console.print(f"[red]{len(params)} --params for {len(policies)} --policy[/]: give one per policy, in order")
+        raise typer.Exit(2)
+    try:
+        decoded = [orjson.loads(text) for text in params] or [{} for _ in policies]
+    except orjson.JSONDecodeError as error:
+        console.print(f"[red]--params is not JSON:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    if not all(isinstance(value, dict) for value in decoded):
+        console.print("[red]--params must be a JSON object[/]")
+        raise typer.Exit(2)
+    try:
+        logged = read_campaign_log(read_log(str(log)), campaign, as_of)
+        evaluations = []
+        with Progress(console=console, transient=True) as bar:
+            for name, value in zip(policies, decoded, strict=True):
+                task = bar.add_task(f"re-enacting {name}", total=len(logged.decisions))
+                advance = functools.partial(bar.advance, task)
+                evaluations.append(evaluate(logged, name, value, clip, estimator, seed, advance))
+    except NotEvaluable as refused:
+        console.print(f"[red]cannot evaluate:[/] {escape(str(refused))}")
+        raise typer.Exit(1) from None
+    Console().print(rich_table(logged, evaluations, logged_value(logged)))
+    for reason, count in logged.skipped.items():
+        console.print(f"[yellow]left out {count} {reason}[/]")
+    if json_out is not None:
+        documents = [evaluation.contract() for evaluation in evaluations]
+        document = documents[0] if len(documents) == 1 else documents  # one per policy when several
+        json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    if plot is not None:
+        write_plot(plot, logged, evaluations, logged_value(logged))
+
+
+def _print_state(state: dict) -> None:
+    table = Table(
+        title=f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}"
+    )
+    for column in ("arm", "pulls", "conversions", "effective_pulls", "estimate", "index", "pending"):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    for arm, row in state["arms"].items():
+        cells = [row[name] for name in ("pulls", "conversions", "effective_pulls", "estimate", "index", "pending")]
+        table.add_row(arm, *("—" if value is None else f"{value:.6g}" for value in cells))
+    Console().print(table)
+
+
+@app.command()
+def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None) -> None:
+    """Rebuild the Redis state from the audit log (after Redis lost its data)."""
+    from latebandit.audit.log import AuditLog
+    from latebandit.audit.writer import AuditWriter
+    from latebandit.replay.rebuild import rebuild_redis
+    from latebandit.store.redis import RedisStore
+
+    settings = Settings()
+    if not settings.redis_url:
+        console.print("[red]LATEBANDIT_REDIS_URL is not set[/]: the embedded store rebuilds itself at start")
+        raise typer.Exit(2)
+
+    async def run() -> list[str]:
+        store = RedisStore(settings.redis_url or "", settings.redis_prefix, cluster=settings.redis_cluster)
+        audit = AuditLog(settings.sqlalchemy_url)
+        try:
+            # What Redis still queues must reach the log first, or the rebuilt state would lose it.
+            await AuditWriter(store, audit, settings.audit_batch).flush()
+            return await rebuild_redis(audit, store, settings, campaign)
+        finally:
+            await store.close()
+
+    rebuilt = asyncio.run(run())
+    if campaign is not None and not rebuilt:
+        console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
+        raise typer.Exit(1)
+    console.print(f"rebuilt {len(rebuilt)} campaign(s): {', '.join(rebuilt) or 'none'}")
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="scenario file (.json, .yaml), CONTRACT.md format")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md results JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
+    runs: Annotated[int | None, typer.Option(min=1, help="override the scenario's number of runs")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="override the scenario's seed")] = None,
+) -> None:
+    """Run many independent runs of the scenario's policies on its environment, vectorised across runs."""
+    from rich.markup import escape
+
+    from latebandit.sim.console import run_simulation
+    from latebandit.sim.scenario import ScenarioError
+
+    try:
+        run_simulation(scenario, json_out, plot, runs, seed, console)
+    except ScenarioError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def reproduce(
+    name: Annotated[str | None, typer.Argument(help="the reproduction to run (see --list)")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="list the reproducible figures and tables")] = False,
+    runs: Annotated[int | None, typer.Option(min=1, help="override the paper's number of runs")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write our numbers, references and checks")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
+) -> None:
+    """Re-run a paper's experiment at its settings and print our numbers beside the paper's."""
+    from rich.markup import escape
+
+    from latebandit.sim.console import list_table, run_reproduce
+    from latebandit.sim.scenario import ScenarioError
+
+    if list_ or name is None:
+        Console().print(list_table())
+        return
+    try:
+        run_reproduce(name, runs, json_out, plot, console)
+    except ScenarioError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def plan(
+    campaign: Annotated[Path, typer.Argument(help="a campaign body (JSON, CONTRACT.md) whose policy is guha-bayes")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the measurements as JSON here")] = None,
+) -> None:
+    """Solve a guha-bayes campaign's plan as the service would, and report its cost: seconds, peak memory,
+    DP states, table bytes, and the plan (multiplier, mix, LP bound, priority order)."""
+    from pydantic import ValidationError
+
+    from latebandit.campaign import CampaignSpec
+    from latebandit.plan_cost import measure_plan
+
+    try:
+        spec = CampaignSpec.model_validate_json(campaign.read_bytes())
+    except ValidationError as invalid:
+        console.print(f"[red]error:[/] {invalid.errors()[0]['msg']}")
+        raise typer.Exit(2) from None
+    report = measure_plan(spec)
+    table = Table(title=f"guha-bayes plan of {report['campaign']}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        if key != "campaign":
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+
+@app.command()
+def loadtest(
+    url: Annotated[str, typer.Option(help="the service's base URL (plain HTTP)")] = "http://127.0.0.1:8000",
+    duration: Annotated[float, typer.Option(min=0.1, help="seconds of load")] = 10.0,
+    concurrency: Annotated[int, typer.Option(min=1, max=1024, help="keep-alive connections")] = 16,
+    campaign: Annotated[str | None, typer.Option(help="an existing campaign (default: create one)")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="LATEBANDIT_LOADTEST_KEY", help="bearer key")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the clients' random choices")] = 0,
+) -> None:
+    """Drive /choose and /feedback at a realistic mix (late conversions, duplicates, retries, aggregates
+    where the campaign takes them) and report throughput, latency percentiles and errors."""
+    from rich.markup import escape
+
+    from latebandit.loadtest.run import LoadTestError, report_table, run_loadtest, summary_lines
+
+    try:
+        report = run_loadtest(url, duration, concurrency, campaign, api_key, seed)
+    except LoadTestError as error:
+        console.print(f"[red]error:[/] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    Console().print(report_table(report))
+    for line in summary_lines(report):
+        Console().print(escape(line))
+    if json_out is not None:
+        json_out.write_bytes(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2))
+
+
+def main() -> None:
+    """The console script: expected failures (bad input, an unreachable server, a schema behind) print
+    one clear line instead of a traceback."""
+    from redis.exceptions import RedisError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from latebandit.runtime import SchemaBehind
+    from latebandit.store.base import StoreUnavailable
+
+    try:
+        app()
+    except (ValueError, OSError, SQLAlchemyError, RedisError, SchemaBehind, StoreUnavailable) as error:
+        console.print(f"[red]error:[/] {_first_line(error)}")
+        raise SystemExit(1) from None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+if __name__ == "__main__":
+    main()

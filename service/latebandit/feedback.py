@@ -1,0 +1,193 @@
+"""Feedback events: validated one by one, so that one bad event never rejects its neighbours.
+
+Each event either becomes a ``Conversion`` (verified decision id, times checked) or a ``Rejection`` with a
+machine-readable reason from CONTRACT.md. Nothing here touches the store: the engine groups the accepted
+events by campaign and the store deduplicates and counts them atomically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from latebandit.audit.records import Record
+from latebandit.campaign import Campaign
+from latebandit.delay_tail import bucket_of
+from latebandit.ids import is_identifier
+from latebandit.store.base import AnonymousEvent, PreparedConversion
+from latebandit.timeutil import MICROS, parse_time
+from latebandit.tokens import InvalidToken, TokenSigner
+
+MAX_EVENTS = 10_000
+
+
+class Reason(StrEnum):
+    MALFORMED_EVENT = "malformed_event"
+    UNKNOWN_CAMPAIGN = "unknown_campaign"
+    BAD_DECISION_ID = "bad_decision_id"
+    BEFORE_DECISION = "before_decision"
+    FUTURE_TIMESTAMP = "future_timestamp"
+    VALUE_OUT_OF_RANGE = "value_out_of_range"
+    WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
+    CAMPAIGN_PAUSED = "campaign_paused"
+    PHASE_CLOSED = "phase_closed"  # an aggregate for slots whose feedback a planning policy already closed
+
+
+class Rejection(ValueError):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A conversion whose decision id verified; ``arm`` is an index into the campaign's arms."""
+
+    campaign: str
+    decision_id: str
+    arm: int
+    decided_at: int
+    pull_counted: bool  # the decision was counted in N (not a fallback)
+    version: int
+    occurred_at: int
+    value: float
+    event_id: str | None
+
+
+def _time(raw: dict[str, Any], name: str) -> int:
+    try:
+        return parse_time(raw[name])
+    except KeyError as error:
+        raise Rejection(Reason.MALFORMED_EVENT, f"{name} is required") from error
+    except (TypeError, ValueError) as error:
+        raise Rejection(Reason.MALFORMED_EVENT, f"{name}: {error}") from error
+
+
+def _event_id(raw: dict[str, Any]) -> str | None:
+    event_id = raw.get("event_id")
+    if event_id is not None and not is_identifier(event_id):
+        raise Rejection(Reason.MALFORMED_EVENT, "event_id must match ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+    return event_id
+
+
+def _value(raw: dict[str, Any], upper: float) -> float:
+    value = raw.get("value", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejection(Reason.MALFORMED_EVENT, "value must be a number")
+    if not math.isfinite(value) or not 0.0 <= value <= upper:  # upper = inf: any finite value >= 0
+        raise Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {value!r} is outside [0, {upper:g}]")
+    return float(value)
+
+
+def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> Conversion:
+    """Validate a conversion event; campaign-level checks (known, paused, window) come later."""
+    if not isinstance(raw, dict) or raw.get("type") != "conversion":
+        raise Rejection(Reason.MALFORMED_EVENT, "not a conversion event")
+    decision_id = raw.get("decision_id")
+    if not isinstance(decision_id, str):
+        raise Rejection(Reason.MALFORMED_EVENT, "decision_id is required")
+    event_id = _event_id(raw)
+    occurred_at = _time(raw, "occurred_at")
+    value = _value(raw, 1.0)
+    try:
+        token = signer.verify(decision_id)
+    except InvalidToken as error:
+        raise Rejection(Reason.BAD_DECISION_ID, str(error)) from error
+    named = raw.get("campaign")
+    if named is not None and named != token.campaign:
+        raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {token.campaign!r}, not {named!r}")
+    if occurred_at > now + max_skew:
+        raise Rejection(Reason.FUTURE_TIMESTAMP, "occurred_at is in the future beyond the allowed skew")
+    if occurred_at < token.decided_at - max_skew:
+        raise Rejection(Reason.BEFORE_DECISION, "occurred_at is before its decision")
+    return Conversion(
+        token.campaign, decision_id, token.arm, token.decided_at, not token.fallback, token.version,
+        occurred_at, value, event_id,
+    )  # fmt: skip
+
+
+def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retention: float) -> PreparedConversion:
+    """Classify a conversion against its campaign: censored beyond the window (event time, window end
+    included), counted only for a counted pull of the campaign's current policy version.
+
+    A time in the future within the allowed skew is taken as the time of receipt: the conversion counts
+    from now on, so the state as of any moment holds only conversions that occurred by then."""
+    if conversion.arm >= len(campaign.arms):
+        raise Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have")
+    occurred_at = min(conversion.occurred_at, received_at)
+    delay = max(0, occurred_at - conversion.decided_at)
+    # Beyond the window plus the dedup retention the service no longer remembers whether the decision
+    # converted, so a retry could not be recognised: such a late arrival is recorded, never counted.
+    forgotten = received_at > conversion.decided_at + campaign.window_us + round(retention * MICROS)
+    censored = delay > campaign.window_us or forgotten
+    remaining = (conversion.decided_at + campaign.window_us - received_at) / MICROS
+    record: Record = {
+        "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
+        "decision_id": conversion.decision_id, "arm": campaign.arms[conversion.arm],
+        "decided_at": conversion.decided_at, "occurred_at": occurred_at,
+        "received_at": received_at, "value": conversion.value,
+    }  # fmt: skip
+    return PreparedConversion(
+        decision_id=conversion.decision_id,
+        arm=conversion.arm,
+        bucket=conversion.decided_at // campaign.bucket_width_us,
+        value=conversion.value,
+        counts=conversion.pull_counted and conversion.version == campaign.version,
+        censored=censored,
+        event_id=conversion.event_id,
+        dedup_ttl=math.ceil(max(0.0, remaining) + retention),
+        record=record,
+        delay_bucket=int(bucket_of(delay / MICROS)),
+    )
+
+
+def anonymous_event(
+    campaign: Campaign, item: Conversion | dict[str, Any], now: int, max_skew: int, retention: float
+) -> AnonymousEvent:
+    """An aggregate, a watermark, or an attributed conversion read as an aggregate over the instant it
+    occurred at (DESIGN.md: an anonymous learner may always be given attributed feedback), for a campaign
+    whose policy learns from sums. Times in the future within the allowed skew are taken as now."""
+    ttl = math.ceil(campaign.allowed_lateness + retention)  # an aggregate is refused once its slots closed
+    if isinstance(item, Conversion):
+        at = min(item.occurred_at, now)
+        record: Record = {"type": "conversion", "campaign": campaign.id, "received_at": now,
+                          "event_id": item.event_id, "decision_id": item.decision_id,
+                          "decided_at": item.decided_at, "occurred_at": at, "value": item.value}  # fmt: skip
+        if item.arm < len(campaign.arms):
+            record["arm"] = campaign.arms[item.arm]
+        return AnonymousEvent("aggregate", at, at, item.value, item.event_id, item.decision_id, ttl, record)
+    raw, kind = item, item.get("type")
+    base: Record = {"type": kind, "campaign": campaign.id, "received_at": now}
+    if kind == "watermark":
+        at = _time(raw, "at")
+        if at > now + max_skew:
+            raise Rejection(Reason.FUTURE_TIMESTAMP, "a watermark cannot be in the future beyond the allowed skew")
+        at = min(at, now)
+        return AnonymousEvent("watermark", at, at, 0.0, None, None, ttl, {**base, "at": at})
+    if kind != "aggregate":
+        raise Rejection(Reason.MALFORMED_EVENT, "type must be conversion, aggregate or watermark")
+    event_id = _event_id(raw)
+    start, end = _time(raw, "start"), _time(raw, "end")
+    if "value" not in raw:
+        raise Rejection(Reason.MALFORMED_EVENT, "value is required: the total reward observed in [start, end)")
+    value = _value(raw, math.inf)
+    if end < start:
+        raise Rejection(Reason.MALFORMED_EVENT, "end must not be before start")
+    if end > now + max_skew:
+        raise Rejection(Reason.FUTURE_TIMESTAMP, "end is in the future beyond the allowed skew")
+    start, end = min(start, now), min(end, now)
+    record = {**base, "event_id": event_id, "start": start, "end": end, "value": value}
+    return AnonymousEvent("aggregate", start, end, value, event_id, None, ttl, record)
+
+
+def campaign_of(raw: Any) -> str | None:
+    """The campaign an aggregate or watermark names, for the wrong-kind and unknown-campaign checks."""
+    if not isinstance(raw, dict) or raw.get("type") not in ("aggregate", "watermark"):
+        return None
+    campaign = raw.get("campaign")
+    if not is_identifier(campaign):
+        raise Rejection(Reason.MALFORMED_EVENT, "campaign is required and must be a valid id")
+    return campaign

@@ -1,0 +1,268 @@
+"""Prometheus metrics: what an operator asks of a running service (README "Metrics" lists them all).
+
+Label cardinality is bounded: per worker process, the first ``caps.campaigns`` campaigns seen get their own
+``campaign`` label (LATEBANDIT_METRICS_CAMPAIGNS, default 200) and, within each, the first ``caps.arms`` arms
+their own ``arm`` label (LATEBANDIT_METRICS_ARMS, default 50). Counters report the rest under "_other";
+per-arm gauges, which cannot be summed, are not exported beyond the caps. Other labels take a fixed set of
+values (outcomes, rejection reasons, store operations, histogram bounds).
+
+With several uvicorn workers, ``serve`` points PROMETHEUS_MULTIPROC_DIR at a fresh directory and /metrics
+aggregates every worker's files (prometheus-client's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:
+    from latebandit.campaign import Campaign
+
+OTHER = "_other"
+DELAY_BUCKETS = (60, 600, 3600, 6 * 3600, 86_400, 3 * 86_400, 7 * 86_400, 14 * 86_400, 30 * 86_400)
+
+
+@dataclass
+class LabelCaps:
+    campaigns: int = 200
+    arms: int = 50
+
+
+caps = LabelCaps()
+
+DECISIONS = Counter(
+    "latebandit_decisions_total", "Decisions served", ["campaign", "arm", "outcome"]
+)  # outcome: new, repeated, fallback_paused, fallback_store_down
+FEEDBACK = Counter(
+    "latebandit_feedback_events_total", "Accepted feedback events by outcome", ["campaign", "outcome"]
+)  # outcome: counted, censored, repeat, stale, duplicate
+FEEDBACK_REJECTED = Counter(
+    "latebandit_feedback_rejected_total",
+    "Rejected feedback events by reason (no campaign label: the ids of rejected events are untrusted input)",
+    ["reason"],
+)
+SCHEDULE_PLANS = Counter(
+    "latebandit_schedule_plans_total",
+    "Plans committed by planning policies (ODAAF phases, ARS rounds, CLW blocks)",
+    ["campaign"],
+)
+CONVERSION_DELAY = Histogram(
+    "latebandit_conversion_delay_seconds",
+    "Observed delays (occurred_at - decision time) of accepted conversions",
+    ["campaign"],
+    buckets=DELAY_BUCKETS,
+)
+
+
+def arm_gauge(name: str, documentation: str, *labels: str) -> Gauge:
+    """A per-arm gauge (labels campaign, arm and ``labels``); across workers the latest value wins."""
+    return Gauge(name, documentation, ["campaign", "arm", *labels], multiprocess_mode="mostrecent")
+
+
+ARM_ESTIMATE = arm_gauge("latebandit_arm_estimate", "Policy estimate per arm")
+ARM_INDEX = arm_gauge("latebandit_arm_index", "Policy index per arm")
+ARM_EFFECTIVE = arm_gauge(
+    "latebandit_arm_effective_pulls",
+    "Delay-corrected pull count per arm",
+)
+ARM_PENDING = arm_gauge(
+    "latebandit_arm_pending",
+    "Pulls still inside the window without conversion",
+)
+ARM_OBSERVED_DELAYS = arm_gauge(
+    "latebandit_arm_observed_delays",
+    "First conversions of counted pulls whose delay the per-arm delay histogram holds",
+)
+ARM_DELAY_QUANTILE = arm_gauge(
+    "latebandit_arm_delay_quantile_seconds",
+    "Upper bound of a quantile of the observed conversion delays (log-spaced buckets, ratio sqrt 2)",
+    "quantile",
+)
+ARM_DELAY_TAIL = arm_gauge(
+    "latebandit_arm_delay_tail_alpha",
+    "Tail exponent of the observed delays, P(D > x) ~ x^-alpha (grouped Hill estimate; NaN: too few delays)",
+)
+ARM_PENDING_AGE = arm_gauge(
+    "latebandit_arm_pending_age_seconds",
+    "Mean age of the pending pulls (NaN when none)",
+)
+DELAY_ASSUMED = Gauge(
+    "latebandit_delay_assumed_ratio",
+    "The delay model's share of in-window conversions with a delay <= le, F(min(le, m)) / F(m): compare with "
+    "latebandit_conversion_delay_seconds_bucket / _count",
+    ["campaign", "le"],
+    multiprocess_mode="mostrecent",
+)
+CAMPAIGN_WINDOW = Gauge(
+    "latebandit_campaign_window_seconds", "Censoring window m", ["campaign"], multiprocess_mode="mostrecent"
+)
+CAMPAIGN_VERSION = Gauge(
+    "latebandit_campaign_policy_version", "Policy version (a policy change adds 1)", ["campaign"],
+    multiprocess_mode="mostrecent",
+)  # fmt: skip
+CAMPAIGN_PAUSED = Gauge(
+    "latebandit_campaign_paused", "1 while the campaign is paused", ["campaign"], multiprocess_mode="mostrecent"
+)
+REPORT_LAG = Histogram(
+    "latebandit_feedback_report_lag_seconds",
+    "How late conversions are reported: received_at - occurred_at",
+    ["campaign"],
+    buckets=(1, 10, 60, 600, 3600, 6 * 3600, 86_400, 3 * 86_400, 7 * 86_400),
+)
+DECISION_LATENCY = Histogram(
+    "latebandit_decision_seconds",
+    "Time to answer /choose",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)
+FEEDBACK_LATENCY = Histogram(
+    "latebandit_feedback_seconds", "Time to answer /feedback", buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
+)
+STORE_ERRORS = Counter("latebandit_store_errors_total", "State store calls that failed", ["operation"])
+STORE_LATENCY = Histogram(
+    "latebandit_store_seconds",
+    "Round trips to the state store (Redis) by operation: a script name, snapshot, campaign or audit",
+    ["operation"],
+    buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
+)
+STORE_UP = Gauge(
+    "latebandit_store_up", "1 if the last ping of the state store succeeded (every 5 s)", multiprocess_mode="mostrecent"
+)
+AUDIT_UP = Gauge(
+    "latebandit_audit_up", "1 if the last ping of the audit database succeeded (every 5 s)",
+    multiprocess_mode="mostrecent",
+)  # fmt: skip
+AUDIT_WRITE_LATENCY = Histogram(
+    "latebandit_audit_write_seconds",
+    "One audit transaction (a batch of queue entries) into the database",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
+)
+AUDIT_ERRORS = Counter("latebandit_audit_errors_total", "Audit drains that failed")
+AUDIT_ROWS = Counter("latebandit_audit_rows_total", "Audit rows written")
+AUDIT_BACKLOG = Gauge(
+    "latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="max"
+)
+AUDIT_LAG = Gauge(
+    "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max"
+)
+
+PLAN_SECONDS = Gauge(
+    "latebandit_plan_seconds", "Wall time of the last plan solve (guha-bayes)", ["campaign"], multiprocess_mode="max"
+)
+PLAN_STATES = Gauge(
+    "latebandit_plan_states", "DP states of the last plan (guha-bayes)", ["campaign"], multiprocess_mode="max"
+)
+PLAN_BYTES = Gauge(
+    "latebandit_plan_memory_bytes",
+    "Memory of the last plan (guha-bayes): its tables, and the DP's working set while solving",
+    ["campaign", "kind"],
+    multiprocess_mode="max",
+)  # kind: tables, working
+PLANS = Counter("latebandit_plans_total", "Plan solves by result", ["campaign", "result"])  # result: ok, error
+PLAN_PENDING_DECISIONS = Counter(
+    "latebandit_plan_pending_decisions_total",
+    "Decisions served by the policy's fallback rule while its first plan was being solved",
+    ["campaign"],
+)
+
+_labelled: dict[str, set[str]] = {}  # campaign -> its arms with a label of their own
+
+
+def campaign_label(campaign: str) -> str:
+    if campaign in _labelled:
+        return campaign
+    if len(_labelled) < caps.campaigns:
+        _labelled[campaign] = set()
+        return campaign
+    return OTHER
+
+
+def arm_label(campaign: str, arm: str) -> tuple[str, str]:
+    label = campaign_label(campaign)
+    if label == OTHER:
+        return OTHER, OTHER
+    arms = _labelled[campaign]
+    if arm in arms:
+        return label, arm
+    if len(arms) < caps.arms:
+        arms.add(arm)
+        return label, arm
+    return label, OTHER
+
+
+STORE_ERROR_OPERATIONS = ("choose", "choose_audit", "feedback", "campaigns")
+
+
+def preset(rejection_reasons: Iterable[str]) -> None:
+    """Create the labelled error counters at 0, so that rate() and the alert rules see them before the first
+    error (a series that does not exist yet is not 0 to PromQL)."""
+    for reason in rejection_reasons:
+        FEEDBACK_REJECTED.labels(reason)
+    for operation in STORE_ERROR_OPERATIONS:
+        STORE_ERRORS.labels(operation)
+
+
+def exposition() -> tuple[bytes, str]:
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) -> None:
+    """Per-arm gauges from the state rows (refreshed with each histogram read, and by GET /state). An
+    estimate or index that is undefined (no effective pull yet, or an infinite exploration index) is NaN."""
+    for arm, row in rows.items():
+        labels = arm_label(campaign, arm)
+        if OTHER in labels:
+            continue
+        for gauge, key in ((ARM_EFFECTIVE, "effective_pulls"), (ARM_PENDING, "pending"),
+                           (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index"),
+                           (ARM_PENDING_AGE, "pending_age")):  # fmt: skip
+            if key in row:  # the pending age comes with histogram reads only, not with GET /state
+                value = row[key]
+                gauge.labels(*labels).set(math.nan if value is None else value)
+
+
+def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
+    """Per-arm delay gauges from the ``delays`` summaries of the state (service/latebandit/delay_tail.py)."""
+    for arm, summary in summaries.items():
+        labels = arm_label(campaign, arm)
+        ARM_OBSERVED_DELAYS.labels(*labels).set(summary["observed"])
+        alpha = summary["tail_alpha"]
+        ARM_DELAY_TAIL.labels(*labels).set(math.nan if alpha is None else alpha)
+        for name, value in summary["quantiles"].items():
+            level = f"{int(name[1:]) / 100:g}"  # "p50" → "0.5"
+            ARM_DELAY_QUANTILE.labels(*labels, level).set(math.nan if value is None else value)
+
+
+def publish_campaign(campaign: Campaign) -> None:
+    """Per-campaign gauges, when a worker loads or changes a campaign: window, version, pause, and for each
+    bound of the observed-delay histogram the delay model's share of in-window conversions below it."""
+    label = campaign_label(campaign.id)
+    if label == OTHER:
+        return
+    CAMPAIGN_WINDOW.labels(label).set(campaign.window)
+    CAMPAIGN_VERSION.labels(label).set(campaign.version)
+    CAMPAIGN_PAUSED.labels(label).set(int(campaign.status == "paused"))
+    model = campaign.delay_model
+    if model.family == "unknown":
+        return
+    at_window = float(model.cdf(campaign.window))
+    for bound in DELAY_BUCKETS:
+        share = float(model.cdf(min(bound, campaign.window))) / at_window
+        DELAY_ASSUMED.labels(label, floatToGoString(bound)).set(share)  # the histogram's own ``le`` text

@@ -1,0 +1,36 @@
+"""Bandit policies: pure objects that turn per-arm statistics and an injected RNG into decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from latebandit.policies.base import ArmStats, Choice, Policy, Setting
+from latebandit.policies.baselines import KLUCB, UCB1, DelayedThompson, Fixed, Thompson, Uniform
+from latebandit.policies.guha import GuhaBayes
+from latebandit.policies.manegueu import AdaptPatientBandits, PatientBandits
+from latebandit.policies.pikeburke import Odaaf, OdaafB, OdaafV, QpmD
+from latebandit.policies.schedule import SchedulePolicy
+from latebandit.policies.vernade import DelayedKLUCB, DelayedUCB
+from latebandit.policies.wang import ArsExp3, ArsUcb, Clw
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        *(Uniform, Fixed, UCB1, KLUCB, Thompson, DelayedUCB, DelayedKLUCB, PatientBandits, AdaptPatientBandits),
+        *(DelayedThompson, GuhaBayes, Odaaf, OdaafB, OdaafV, QpmD, ArsUcb, ArsExp3, Clw),
+    )
+}
+
+
+def make_policy(name: str, params: Mapping[str, Any], n_arms: int, setting: Setting | None = None) -> Policy:
+    """The named policy with validated params; ValueError naming what is wrong."""
+    cls = POLICIES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
+    if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
+        raise ValueError(f"policy {name!r}: params must be an object with string keys")
+    return cls(n_arms, setting, **params)
+
+
+__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "Setting", "make_policy"]

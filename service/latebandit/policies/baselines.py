@@ -1,0 +1,112 @@
+"""Delay-naive baselines: A/B allocation (uniform, fixed) and the classical UCB1, KL-UCB and Thompson
+sampling on S/N, which read not-yet-converted pulls as failures (CONTRACT.md policy names)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from latebandit.policies.base import ArmStats, Array, Choice, IndexPolicy, Param, Policy, Setting, uniform_among
+from latebandit.policies.indices import klucb_bernoulli
+
+MC_CHUNK = 1 << 20  # posterior draws held in memory at once by Thompson's propensity estimate
+
+
+class Uniform(Policy):
+    """Every arm with probability 1/K, for A/B tests and as the logging policy of unbiased backtests."""
+
+    name: ClassVar[str] = "uniform"
+    reports_probabilities: ClassVar[bool] = True
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        return uniform_among(np.ones(np.shape(stats.pulls), dtype=bool), rng)
+
+
+class Fixed(Policy):
+    """Always the arm at index ``arm`` (the service maps an arm id to its index first)."""
+
+    name: ClassVar[str] = "fixed"
+    reports_probabilities: ClassVar[bool] = True
+    PARAMS: ClassVar[Mapping[str, Param]] = {"arm": Param(int, None, 0)}
+
+    def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:
+        super().__init__(n_arms, setting, **params)
+        if self._params["arm"] >= self.n_arms:
+            raise ValueError(f"policy 'fixed': arm must be an index below {self.n_arms} (got {self._params['arm']})")
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        runs = np.shape(stats.pulls)[0]
+        probabilities = np.zeros(np.shape(stats.pulls))
+        probabilities[:, self._params["arm"]] = 1.0
+        return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs), probabilities)
+
+
+class UCB1(IndexPolicy):
+    """UCB1 of Auer et al. 2002: S/N + sqrt(2β/N), with β = (1+ε)·log t as for every index policy here
+    (ε = 0 gives the textbook sqrt(2 log t / N))."""
+
+    name: ClassVar[str] = "ucb1"
+
+    def bound(self, estimate: Array, stats: ArmStats, effective: Array, beta: Array) -> Array:
+        return estimate + np.sqrt(2.0 * beta / effective)
+
+
+class KLUCB(IndexPolicy):
+    """Bernoulli KL-UCB: max{q : N·kl(S/N, q) <= β}. ε plays the role of SMPyBandits' c = 1 + ε."""
+
+    name: ClassVar[str] = "klucb"
+
+    def bound(self, estimate: Array, stats: ArmStats, effective: Array, beta: Array) -> Array:
+        return klucb_bernoulli(estimate, beta / effective)
+
+
+class Thompson(Policy):
+    """Beta-Bernoulli Thompson sampling on the posterior Beta(1 + S, 1 + N − S).
+
+    The propensity (the chance the chosen arm is the posterior argmax) has no closed form. It is estimated
+    with ``propensity_samples`` further posterior draws M as (1 + hits) / (M + 1): the decision's own
+    draw counts as one sample, so the estimate is never 0, which inverse-propensity replays divide by.
+    Every arm's probability comes from the same draws (its hits, plus the decision's draw for the chosen
+    arm), so they sum to 1.
+    """
+
+    name: ClassVar[str] = "thompson"
+    reports_probabilities: ClassVar[bool] = True
+    PARAMS: ClassVar[Mapping[str, Param]] = {"propensity_samples": Param(int, 1000, 1, 1_000_000)}
+
+    def posterior(self, stats: ArmStats) -> tuple[Array, Array]:
+        """Beta(1 + S, 1 + N − S): every pull not converted yet reads as a failure."""
+        conversions = np.asarray(stats.conversions, dtype=np.float64)
+        return 1.0 + conversions, 1.0 + np.asarray(stats.pulls, dtype=np.float64) - conversions
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        alpha, beta = self.posterior(stats)
+        arm = rng.beta(alpha, beta).argmax(axis=1)
+        samples = self._params["propensity_samples"]
+        per_chunk = max(1, MC_CHUNK // alpha.size)
+        hits = np.zeros(alpha.shape)
+        hits[np.arange(arm.size), arm] = 1.0  # the decision's own draw
+        arms = np.arange(alpha.shape[1])
+        for start in range(0, samples, per_chunk):
+            draws = rng.beta(alpha, beta, size=(min(per_chunk, samples - start), *alpha.shape))
+            hits += (draws.argmax(axis=2)[..., None] == arms).sum(axis=0)
+        probabilities = hits / (samples + 1.0)
+        return Choice(arm.astype(np.int64), probabilities[np.arange(arm.size), arm], probabilities)
+
+
+class DelayedThompson(Thompson):
+    """Thompson sampling on the posterior of matured outcomes, Beta(1 + S, 1 + max(Ñ − S, 0)) (guha.md §4.2,
+    issue 8): a pending pull counts as a failure only by its probability τ(age) of having converted by now,
+    which is the delay-corrected count Ñ = Σ τ(min(age, m)) of Vernade 2017."""
+
+    name: ClassVar[str] = "delayed-thompson"
+    delay_corrected: ClassVar[bool] = True
+
+    def effective_pulls(self, stats: ArmStats) -> np.ndarray:
+        return np.asarray(stats.effective, dtype=np.float64)
+
+    def posterior(self, stats: ArmStats) -> tuple[Array, Array]:
+        conversions = np.asarray(stats.conversions, dtype=np.float64)
+        return 1.0 + conversions, 1.0 + np.maximum(self.effective_pulls(stats) - conversions, 0.0)

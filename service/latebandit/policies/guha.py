@@ -1,0 +1,209 @@
+"""guha-bayes: the Bayesian policy of Guha, Munagala & Pál under a known delay, as guha.md §2.5 builds it.
+
+The plan (service/latebandit/policies/guha_plan.py) solves the LP over Block+Stream single-arm policies and orders the
+arms by R_i/N_i. Executing it needs, per arm, the resolved posterior (s, f), the plays in flight o and the
+steps left h. They are derived from what every caller already keeps [ours]: s = S, f = Ñ − S, o = N − Ñ,
+with Ñ the delay-corrected count (for a fixed delay Ñ counts exactly the pulls whose outcome is known, so
+the three are exact; for a random delay a pending pull counts by its probability of having converted).
+No per-arm block state is stored, so the execution is a Markov rule on (s, f, o, h):
+
+- an arm wants a play iff o < cap, where cap is 0 for QUIT, ℓ for BLOCK(ℓ) and δ + 1 for STREAM in its
+  block-start table at (s, f, τ = H − h); and, once plays are in flight, δ + 1 whenever the stream's
+  continuation test h >= h*(s, f) passes (a stream started keeps going while it pays);
+- Combine (guha.md §2.3, with A8's practical choices: budget H, no 1/γ scaling, participation 1): each
+  step goes to the first arm in priority order that wants a play;
+- when no arm wants one (all waiting for feedback, or every plan finished), the step goes to the arm of
+  highest posterior mean ("exploit filler", §3.4; the paper idles).
+
+Deviations, because this reads the state instead of storing it: a block whose outcomes come back while it
+is still being played may grow into a stream, and the LP mix θ is not drawn: every arm runs P⁺ (λ* − ε,
+ties play). The reproduction ``guha-lp-gap`` measures what the feasible policy gets against the LP bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from latebandit.delays import DelayModel
+from latebandit.policies.base import ArmStats, Choice, Param, Policy, Setting
+from latebandit.policies.blockstream import QUIT, STREAM, triangle
+from latebandit.policies.guha_plan import Plan, check_size, largest_depth, shapes_for, solve_plan
+
+PLANNING_WINDOW = 100  # plays in the service's rolling planning window (guha.md §3.5) when none is given
+MAX_DELAY_SEARCH = 1 << 40
+
+
+def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
+    """⌈q-quantile of the delay × decisions per unit⌉ (guha.md §3.1): the least whole number of plays by
+    which a fraction ``quantile`` of outcomes is known."""
+    target = lambda plays: float(model.cdf(plays / rate)) >= quantile  # noqa: E731
+    if not target(MAX_DELAY_SEARCH):
+        raise ValueError(f"the delay model never reaches its {quantile:g} quantile: guha-bayes needs a finite delay")
+    lo, hi = -1, 1
+    while not target(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if target(mid) else (mid, hi)
+    return hi
+
+
+class GuhaBayes(Policy):
+    """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``horizon`` (plays planned:
+    the scenario's horizon, or the service's rolling window of 100 plays); ``delay`` (δ in plays: the
+    ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
+    service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon);
+    ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan wants it
+    (guha.md A9), 1 to the one of highest posterior mean among them [ours, see docs/reproductions.md]."""
+
+    name: ClassVar[str] = "guha-bayes"
+    delay_corrected: ClassVar[bool] = True
+    PARAMS: ClassVar[Mapping[str, Param]] = {
+        "prior_a": Param(float, 1.0, 1e-6, 1e6),
+        "prior_b": Param(float, 1.0, 1e-6, 1e6),
+        "horizon": Param(int, PLANNING_WINDOW, 1, 100_000),
+        "delay": Param(int, 0, 0),
+        "depth": Param(int, 0, 0),
+        "delay_quantile": Param(float, 0.95, 0.5, 0.999),
+        "decisions_per_second": Param(float, 1.0, 1e-6, 1e6),
+        "priority": Param(int, 0, 0, 1),
+    }
+
+    def __init__(
+        self,
+        n_arms: int,
+        setting: Setting | None = None,
+        plan: Plan | None = None,
+        start: int = 1,
+        base: tuple[np.ndarray, np.ndarray] | None = None,
+        **params: Any,
+    ) -> None:
+        """``plan`` starts at decision index ``start`` from the resolved counts ``base`` (None: zero)."""
+        super().__init__(n_arms, **params)
+        resolved = self._params
+        if setting is not None and "horizon" not in params and setting.horizon is not None:
+            resolved["horizon"] = setting.horizon
+        if setting is not None and "delay" not in params and setting.delays:
+            rate = resolved["decisions_per_second"] if setting.seconds else 1.0
+            resolved["delay"] = max(delay_in_plays(m, resolved["delay_quantile"], rate) for m in setting.delays)
+        a, b, horizon, delay = resolved["prior_a"], resolved["prior_b"], resolved["horizon"], resolved["delay"]
+        # A simulation plans once, from the shared prior: one DP. The service re-plans from each arm's own
+        # posterior (guha.md §3.5): up to one DP per arm, which is what its caps must allow.
+        roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
+        if resolved["depth"] == 0:
+            resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
+        resolved["depth"] = min(resolved["depth"], horizon)
+        check_size(shapes_for([(a, b)], horizon, delay, resolved["depth"]) * roots)
+        self._setting = setting
+        self.plan = plan
+        self.start = start
+        self.base = base
+
+    def prepare(self, stats: ArmStats) -> GuhaBayes:
+        """This policy with its plan solved from the first run's current posteriors (the prior at the
+        start), its clock starting at the decision index stats.t."""
+        a, b = self._params["prior_a"], self._params["prior_b"]
+        successes, failures, _ = self.resolved(stats)
+        roots = [(a + s, b + f) for s, f in zip(successes[0], failures[0], strict=True)]
+        p = self._params
+        plan = solve_plan(roots, p["horizon"], p["delay"], p["depth"])
+        return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **p)
+
+    def replan_due(self, stats: ArmStats) -> bool:
+        """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""
+        return self.plan is None or int(stats.t[0]) - self.start >= self.plan.horizon // 2
+
+    @staticmethod
+    def resolved(stats: ArmStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Whole successes, failures and in-flight plays per (run, arm)."""
+        conversions = np.asarray(stats.conversions, dtype=np.float64)
+        effective = np.asarray(stats.effective, dtype=np.float64)
+        successes = np.rint(conversions)
+        failures = np.rint(np.maximum(effective - conversions, 0.0))
+        in_flight = np.rint(np.maximum(np.asarray(stats.pulls, dtype=np.float64) - effective, 0.0))
+        return successes, failures, in_flight
+
+    def estimate(self, stats: ArmStats) -> np.ndarray:
+        """The posterior mean of the resolved outcomes, (a + s)/(a + b + s + f)."""
+        successes, failures, _ = self.resolved(stats)
+        a, b = self._params["prior_a"], self._params["prior_b"]
+        return (a + successes) / (a + b + successes + failures)
+
+    def effective_pulls(self, stats: ArmStats) -> np.ndarray:
+        return np.asarray(stats.effective, dtype=np.float64)
+
+    def wants(self, stats: ArmStats) -> np.ndarray:
+        """(R, K) whether each arm's plan asks for a play now (all False without a plan or past its end)."""
+        plan = self.plan
+        runs, arms = np.shape(stats.pulls)
+        if plan is None:
+            return np.zeros((runs, arms), dtype=bool)
+        successes, failures, in_flight = self.resolved(stats)
+        if self.base is not None:
+            successes = successes - self.base[0]
+            failures = failures - self.base[1]
+        clock = np.asarray(stats.t, dtype=np.int64) - self.start  # τ on the real clock (guha.md A6, ours)
+        left = plan.horizon - clock
+        out = np.zeros((runs, arms), dtype=bool)
+        live = (left > 0) & (clock >= 0)
+        if not live.any():
+            return out
+        s = np.maximum(successes, 0).astype(np.int64)
+        f = np.maximum(failures, 0).astype(np.int64)
+        depth = s + f
+        capped = depth > plan.depth
+        row = np.where(capped, 0, triangle(np.minimum(depth, plan.depth)) + np.minimum(s, depth))
+        tau = np.clip(clock, 0, plan.horizon - 1)[:, None]
+        stream = plan.delay + 1
+        for k in range(arms):
+            table = plan.tables[plan.table_of[k]]
+            action = table.action[row[:, k], tau[:, 0]]
+            cap = np.where(action == STREAM, stream, np.where(action == QUIT, 0, action))
+            flowing = (in_flight[:, k] >= 1) & (left >= table.stream_from[row[:, k]])
+            cap = np.where(flowing, stream, cap)
+            a, b = plan.roots[k]
+            learned = (a + successes[:, k]) / (a + b + depth[:, k]) >= plan.multiplier
+            cap = np.where(capped[:, k], np.where(learned, stream, 0), cap)
+            out[:, k] = live & (in_flight[:, k] < cap)
+        return out
+
+    def _rank(self) -> np.ndarray:
+        """(K,) each arm's place in the plan's priority order, 0 first (all 0 without a plan)."""
+        rank = np.zeros(self.n_arms)
+        if self.plan is not None:
+            rank[list(self.plan.order)] = np.arange(self.n_arms)
+        return rank
+
+    def index(self, stats: ArmStats) -> np.ndarray:
+        """The priority rank of the arms that want a play (lower first), nan for the others."""
+        return np.where(self.wants(stats), self._rank()[None, :], np.nan)
+
+    def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
+        """The first arm in priority order whose plan wants a play (or, with ``priority`` 1, the one of
+        highest posterior mean among them); else the highest posterior mean overall (ties: lowest index).
+        Deterministic: propensity 1."""
+        wants = self.wants(stats)
+        estimate = self.estimate(stats)
+        if self._params["priority"] == 1:
+            planned = np.where(wants, estimate, -math.inf).argmax(axis=1)
+        else:
+            planned = np.where(wants, self._rank()[None, :], math.inf).argmin(axis=1)
+        filler = estimate.argmax(axis=1)
+        arm = np.where(wants.any(axis=1), planned, filler)
+        return Choice(arm.astype(np.int64), np.ones(wants.shape[0]))
+
+    def plan_state(self) -> dict[str, Any]:
+        """What the service shows under ``policy_state.plan``."""
+        plan = self.plan
+        if plan is None:
+            return {"status": "solving"}
+        return {
+            "status": "ready", "multiplier": plan.multiplier, "mix": plan.mix, "lp_bound": plan.bound,
+            "order": list(plan.order), "horizon": plan.horizon, "delay_plays": plan.delay, "depth": plan.depth,
+            "start": self.start, "states": plan.cost.states, "table_bytes": plan.cost.table_bytes,
+            "working_bytes": plan.cost.working_bytes,
+        }  # fmt: skip

@@ -1,0 +1,138 @@
+"""The campaign LP over Block+Stream single-arm policies (guha.md §2.2, §2.5): λ* by bisection, the mix θ
+of the two optimal policies at λ*, the LP value (an upper bound for every policy that keeps each arm in
+the family), and the priority order by R_i/N_i that Combine uses to make the relaxed solution feasible.
+
+Arms with the same posterior share one DP per λ (guha.md §3.3). Pure: no clock; callers time it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from latebandit.policies.blockstream import ArmShape, ArmSolution, BlockStreamArm
+
+MAX_TABLE_STATES = 16_000_000  # (posterior, clock) states over the distinct roots of one plan
+MAX_WORK = 250_000_000  # multiply-adds per λ over the distinct roots: ≈ 2.5 s per λ, ≈ 90 s per plan
+BRACKET = 1e-9  # bisection stops when hi − lo is below this
+EPSILON = 1e-7  # P⁺ and P⁻ are solved at λ* ∓ EPSILON (guha.md §2.2 pitfall)
+
+
+class PlanTooLarge(ValueError):
+    """A configuration whose DP would not fit the caps; the message says what to lower."""
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    states: int  # block-start and streaming states over the distinct roots
+    table_bytes: int
+    working_bytes: int  # the largest DP working set (arms are solved one after the other)
+    work: int  # multiply-adds per λ
+    solves: int  # single-arm DP sweeps made (bisection and the final P⁺, P⁻)
+
+
+@dataclass(frozen=True)
+class Plan:
+    horizon: int
+    delay: int
+    depth: int
+    roots: np.ndarray  # (K, 2) Beta parameters each arm's table starts from
+    multiplier: float  # λ*
+    mix: float  # θ: the weight of P⁺ in the LP solution
+    bound: float  # the LP value θ·ΣR⁺ + (1 − θ)·ΣR⁻
+    dual: float  # min over λ of λH + Σ V_λ, evaluated at λ*; equals ``bound`` up to the bracket
+    reward: np.ndarray  # (K,) R_i of the mixed solution
+    plays: np.ndarray  # (K,) N_i of the mixed solution
+    order: tuple[int, ...]  # arms by decreasing R_i/N_i, ties by index (guha.md A9)
+    tables: tuple[ArmSolution, ...]  # P⁺ with its tables, one per distinct root
+    table_of: np.ndarray  # (K,) which table each arm reads
+    cost: PlanCost
+
+
+def shapes_for(roots: Sequence[tuple[float, float]], horizon: int, delay: int, depth: int) -> list[ArmShape]:
+    """One DP shape per distinct root, in first-seen order."""
+    distinct = dict.fromkeys((float(a), float(b)) for a, b in roots)
+    return [ArmShape(a, b, horizon, delay, depth) for a, b in distinct]
+
+
+def check_size(shapes: Sequence[ArmShape]) -> None:
+    states = sum(shape.states for shape in shapes)
+    work = sum(shape.work for shape in shapes)
+    if states > MAX_TABLE_STATES or work > MAX_WORK:
+        one = shapes[0]
+        raise PlanTooLarge(
+            f"the guha-bayes plan would have {states:,} states and {work:,} multiply-adds per multiplier "
+            f"(horizon {one.horizon}, delay {one.delay} plays, depth cap {one.depth}, {len(shapes)} distinct "
+            f"prior(s)); the caps are {MAX_TABLE_STATES:,} states and {MAX_WORK:,} operations: lower the "
+            "horizon, the depth cap or the delay in plays"
+        )
+
+
+def largest_depth(a: float, b: float, horizon: int, delay: int, copies: int) -> int:
+    """The deepest depth cap (at most the horizon) whose DP, for ``copies`` distinct roots, fits the caps."""
+    depth = horizon
+    while depth > 1:
+        try:
+            check_size([ArmShape(a, b, horizon, delay, depth)] * copies)
+            return depth
+        except PlanTooLarge:
+            depth = depth * 3 // 4
+    check_size([ArmShape(a, b, horizon, delay, 1)] * copies)
+    return 1
+
+
+def solve_plan(roots: Sequence[tuple[float, float]], horizon: int, delay: int, depth: int) -> Plan:
+    """λ* = the least λ with Σ_i N_i(λ) <= H, found by bisection on [0, 1] (μ <= 1, so no state plays at
+    λ = 1 + TIE); θ mixes P⁺ (λ* − ε, ties play) and P⁻ (λ* + ε, ties quit) so that Σ N = H."""
+    shapes = shapes_for(roots, horizon, delay, depth)
+    check_size(shapes)
+    arms = [BlockStreamArm(shape) for shape in shapes]
+    key = {(shape.prior_a, shape.prior_b): i for i, shape in enumerate(shapes)}
+    table_of = np.array([key[(float(a), float(b))] for a, b in roots])
+    copies = Counter(table_of.tolist())
+    solves = 0
+
+    def total_plays(lam: float) -> float:
+        nonlocal solves
+        solves += len(arms)
+        return sum(copies[i] * arm.solve(lam).plays for i, arm in enumerate(arms))
+
+    lo, hi = 0.0, 1.0
+    if total_plays(0.0) <= horizon:
+        hi = 0.0
+    while hi - lo > BRACKET:
+        mid = (lo + hi) / 2
+        if total_plays(mid) > horizon:
+            lo = mid
+        else:
+            hi = mid
+    lam = hi
+    upper = [arm.solve(max(lam - EPSILON, 0.0), tie_play=True, tables=True) for arm in arms]
+    lower = [arm.solve(lam + EPSILON, tie_play=False) for arm in arms]
+    centre = [arm.solve(lam) for arm in arms]
+    solves += 3 * len(arms)
+    up_plays = np.array([upper[i].plays for i in table_of])
+    down_plays = np.array([lower[i].plays for i in table_of])
+    spread = up_plays.sum() - down_plays.sum()
+    mix = 1.0 if spread <= 1e-12 else float(np.clip((horizon - down_plays.sum()) / spread, 0.0, 1.0))
+    reward = mix * np.array([upper[i].reward for i in table_of]) + (1 - mix) * np.array(
+        [lower[i].reward for i in table_of]
+    )
+    plays = mix * up_plays + (1 - mix) * down_plays
+    ratio = np.divide(reward, plays, out=np.zeros_like(reward), where=plays > 0)
+    order = tuple(int(i) for i in np.argsort(-ratio, kind="stable"))
+    dual = lam * horizon + sum(centre[i].value for i in table_of)
+    cost = PlanCost(
+        states=sum(shape.states for shape in shapes),
+        table_bytes=sum(shape.table_bytes for shape in shapes),
+        working_bytes=max(shape.working_bytes for shape in shapes),
+        work=sum(shape.work for shape in shapes),
+        solves=solves,
+    )
+    return Plan(
+        horizon, delay, depth, np.array(roots, dtype=np.float64), lam, mix, float(reward.sum()), float(dual),
+        reward, plays, order, tuple(upper), table_of, cost,
+    )  # fmt: skip

@@ -1,0 +1,175 @@
+"""PatientBandits and Adapt-PatientBandits of Manegueu, Vernade, Carpentier & Valko (ICML 2020), as
+../shared/algorithms/manegueu2020.md §2.3–2.4, §2.7 and §3.1 specify them.
+
+Arm-dependent, possibly heavy-tailed delays and no CDF: the estimate is the pessimistic S/N (a pending pull
+counts as a zero) and the index adds a bound on that downward bias,
+
+    U_i = S_i/N_i + sqrt(2κ·L/N_i) + B_i,   L = log(2K·T³)  (anytime: T = the decision count t).
+
+Two bias bounds B_i (param ``age_aware``):
+
+- 0, the paper's 2·N_i^−min(α, 1/2) (Theorem 1). Valid only when time counts in rounds, with one pull per
+  round and the tail bound P(D > m) <= m^−α stated in rounds (§3.1): the simulator's reproductions use it.
+- 1 (default), the age-aware bound min(1, W_i/N_i), W_i = Σ_{pulls of i in the window} ψ(age), with the
+  envelope ψ(a) = min(1, (a/scale)^−α) (§2.7 b, §3.1). Valid in any unit, hence the service's default; the
+  caller supplies W_i (ArmStats.tail_weight) for the envelope ``envelope()`` returns. Pulls older than the
+  window carry no bias towards the censored target μ_i·τ_i(m) (§3.5), so only the window is summed. The sum is
+  over every pull, converted or not: a pending pull's posterior missing mass can exceed ψ (§2.7 b).
+
+Adapt-PatientBandits plugs a data-driven α_t >= α_lo into the same index (Algorithm 2). Read literally
+(``estimator`` 0), α_t is the paper's lower confidence bound from the fraction of the most-pulled arm's
+rewards revealed with delay in (d_t, D_t]; with the paper's constants that bound stays below α_lo at every
+realistic horizon (§2.4: its correction is 5.73/log T̄, still 0.62 at T̄ = 10⁴), so the policy is exactly
+PatientBandits(α_lo), the most pessimistic α allowed. That estimator also needs per-pull delays and round
+ages, which the service does not keep: it runs in the simulator only (``needs_band``), where the
+reproduction `manegueu2020-fig6` shows the collapse. ``estimator`` 1 (default) does what §3.6 recommends
+instead: estimate the tail from the observed delays (the grouped Hill estimate of service/latebandit/delay_tail.py, per
+arm), take its lower confidence bound α̂ − 2·se on the heaviest-tailed arm, and never go below α_lo. It reads
+the per-arm delay histogram the service keeps anyway, so it runs in both. Its α̂ is biased upwards while long
+delays are still unobserved (delay_tail.py), which is why the bound is floored at α_lo and capped at 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from latebandit.delay_tail import tail_exponent
+from latebandit.policies.base import ArgmaxPolicy, ArmStats, Array, Envelope, Param
+
+ALPHA_CAP = 1.0  # α̂ <= 1 in Algorithm 2; beyond, the paper's term no longer changes (β = min(α, 1/2))
+LCB_Z = 2.0  # standard errors below the tail estimate (estimator 1)
+
+
+@dataclass(frozen=True)
+class BandQuery:
+    """Algorithm 2's question about arm ``arm``: among its pulls at least ``late`` rounds old, how many, and
+    how many revealed a reward with delay in (``early``, ``late``]? Arrays of one entry per run."""
+
+    arm: np.ndarray
+    early: np.ndarray  # d_t
+    late: np.ndarray  # D_t
+
+
+class PatientBandits(ArgmaxPolicy):
+    """PatientBandits (Algorithm 1): each arm once, then the argmax of the index in the module docstring.
+
+    Params (defaults in brackets):
+
+    - ``alpha`` [0.5]: a lower bound on every arm's tail exponent, P(D > a) <= (a/scale)^−alpha. 0.5 is the
+      largest value the paper's term distinguishes (β = min(α, 1/2)); lower it for heavier tails.
+    - ``scale`` [3600]: the age, in the campaign's time unit (seconds in the service, rounds in a scenario),
+      below which a pull counts as entirely pending. An hour suits conversions that mostly take hours.
+    - ``age_aware`` [1]: the bias bound (module docstring); ``initial_pulls`` [1] per arm before the index.
+    - ``horizon`` [0: anytime, L = log(2K·t³)]; ``kappa`` [1]: the exploration scale of §2.7 d (below 1 is
+      outside the theory).
+    """
+
+    name: ClassVar[str] = "patient-bandits"
+    PARAMS: ClassVar[Mapping[str, Param]] = {
+        "alpha": Param(float, 0.5, 1e-3, 10.0),
+        "initial_pulls": Param(int, 1, 1, 1000),
+        "scale": Param(float, 3600.0, 1e-6),
+        "age_aware": Param(int, 1, 0, 1),
+        "horizon": Param(int, 0, 0),
+        "kappa": Param(float, 1.0, 1e-3),
+    }
+
+    def alpha(self, stats: ArmStats) -> np.ndarray:
+        """(R,) the tail exponent used for this decision."""
+        return np.full(np.shape(stats.pulls)[0], self._params["alpha"])
+
+    def envelope(self, stats: ArmStats) -> Envelope | None:
+        """ψ at α(stats) in the age-aware mode; None in the paper's mode (no ages needed)."""
+        return Envelope(self.alpha(stats), self._params["scale"]) if self._params["age_aware"] else None
+
+    def log_term(self, stats: ArmStats) -> np.ndarray:
+        """(R, 1) L = log(2K·T³), T the horizon or, anytime, the round being decided."""
+        horizon = self._params["horizon"]
+        t = np.full(np.shape(stats.t), float(horizon)) if horizon else np.asarray(stats.t, dtype=np.float64)
+        return (math.log(2.0 * self.n_arms) + 3.0 * np.log(np.maximum(t, 1.0)))[:, None]
+
+    def bias(self, stats: ArmStats, pulls: Array) -> Array:
+        """B_i: the paper's 2·N^−β, or the age-aware min(1, W/N)."""
+        if not self._params["age_aware"]:
+            beta = np.minimum(self.alpha(stats), 0.5)[:, None]
+            return 2.0 * pulls ** (-beta)
+        if stats.tail_weight is None:
+            raise ValueError(f"policy {self.name!r} with age_aware = 1 needs the tail weights of its envelope")
+        return np.minimum(1.0, np.asarray(stats.tail_weight, dtype=np.float64) / pulls)
+
+    def policy_state(self, stats: ArmStats) -> dict[str, Any]:
+        pulls = np.maximum(np.asarray(stats.pulls, dtype=np.float64), 1.0)
+        return {"alpha": float(self.alpha(stats)[0]), "bias": self.bias(stats, pulls)[0].tolist()}
+
+    def index(self, stats: ArmStats) -> np.ndarray:
+        """+inf until an arm has its initial pulls (least-pulled first, IndexPolicy.choose)."""
+        raw = np.asarray(stats.pulls, dtype=np.float64)
+        fresh = raw < self._params["initial_pulls"]
+        pulls = np.where(raw > 0, raw, 1.0)
+        estimate = np.asarray(stats.conversions, dtype=np.float64) / pulls
+        width = np.sqrt(2.0 * self._params["kappa"] * self.log_term(stats) / pulls)
+        return np.where(fresh, np.inf, estimate + width + self.bias(stats, pulls))
+
+
+class AdaptPatientBandits(PatientBandits):
+    """Adapt-PatientBandits (Algorithm 2): each arm twice, then PatientBandits with α_t (module docstring).
+
+    Params: ``alpha_lo`` (0.1) the known lower bound on α; ``estimator`` (1: tail of the observed delays,
+    §3.6; 0: the paper's band estimator, simulator only); ``c`` (0.7) and ``mu_lo`` (0.05) of Assumption 2,
+    used by estimator 0; ``initial_pulls`` (2); ``scale``, ``age_aware``, ``horizon``, ``kappa`` as PatientBandits.
+    """
+
+    name: ClassVar[str] = "adapt-patient-bandits"
+    PARAMS: ClassVar[Mapping[str, Param]] = {
+        "alpha_lo": Param(float, 0.1, 1e-3, 1.0),
+        "estimator": Param(int, 1, 0, 1),
+        "c": Param(float, 0.7, 1e-6, 1.0),
+        "mu_lo": Param(float, 0.05, 1e-6, 1.0),
+        **{key: spec for key, spec in PatientBandits.PARAMS.items() if key != "alpha"},
+        "initial_pulls": Param(int, 2, 2, 1000),  # Algorithm 2: twice, so that T̄ >= 2 and log T̄ > 0
+    }
+
+    def needs_band(self) -> bool:
+        return bool(self._params["estimator"] == 0)
+
+    def band_query(self, stats: ArmStats) -> BandQuery:
+        """Ī = the most-pulled arm (lowest index on ties), D = ⌊T̄/2⌋, d = ⌊(c/2)^(1/α_lo)·D⌋ (§2.4)."""
+        pulls = np.asarray(stats.pulls, dtype=np.float64)
+        late = np.floor(pulls.max(axis=1) / 2.0)
+        early = np.floor((self._params["c"] / 2.0) ** (1.0 / self._params["alpha_lo"]) * late)
+        return BandQuery(pulls.argmax(axis=1), early.astype(np.int64), late.astype(np.int64))
+
+    def estimate_alpha(self, stats: ArmStats) -> tuple[np.ndarray, np.ndarray]:
+        """(α̂, its lower confidence bound), each (R,), from the chosen estimator; nan where undefined."""
+        if self._params["estimator"] == 0:
+            return self._band_alpha(stats)
+        if stats.delay_counts is None:
+            raise ValueError(f"policy {self.name!r} needs the per-arm delay histogram")
+        tail = tail_exponent(stats.delay_counts, stats.delay_exposure)
+        lower = np.where(np.isfinite(tail.se), tail.alpha - LCB_Z * tail.se, np.nan)
+        heaviest = np.where(np.isnan(lower), np.inf, lower).argmin(axis=1)
+        runs = np.arange(lower.shape[0])
+        return tail.alpha[runs, heaviest], lower[runs, heaviest]
+
+    def _band_alpha(self, stats: ArmStats) -> tuple[np.ndarray, np.ndarray]:
+        """α̂ = min(−log(k/n)/log T̄, 1) (1 when k = 0), minus log(24·sqrt(L)/(c·μ_lo))/log T̄ (§2.4 steps 4–5)."""
+        if stats.band is None:
+            raise ValueError(f"policy {self.name!r} with estimator 0 needs the band counts of its query")
+        old, hits = np.asarray(stats.band, dtype=np.float64).T
+        log_most = np.log(np.maximum(np.asarray(stats.pulls, dtype=np.float64).max(axis=1), 2.0))
+        with np.errstate(all="ignore"):
+            fraction = np.where(old > 0, hits / np.where(old > 0, old, 1.0), 0.0)
+            point = np.where(fraction > 0, np.minimum(-np.log(fraction) / log_most, ALPHA_CAP), ALPHA_CAP)
+        correction = np.log(24.0 * np.sqrt(self.log_term(stats)[:, 0]) / (self._params["c"] * self._params["mu_lo"]))
+        return point, point - correction / log_most
+
+    def alpha(self, stats: ArmStats) -> np.ndarray:
+        """α_t = max(α_lo, min(lower bound, 1)); α_lo while the estimator has no answer."""
+        _, lower = self.estimate_alpha(stats)
+        floor = self._params["alpha_lo"]
+        return np.where(np.isnan(lower), floor, np.clip(lower, floor, ALPHA_CAP))

@@ -1,0 +1,43 @@
+"""DelayedUCB and DelayedKLUCB of Vernade, Cappé & Perchet (UAI 2017), as vernade2017.md §2.3–2.5.
+
+The caller supplies Ñ = Σ τ(min(age, m)) under the §1.5 age convention and S censored at the window;
+these policies only turn (N, S, Ñ, t) into indices. θ̂ = S/Ñ is deliberately not capped (it is
+conditionally unbiased, §3.6 pitfall 2); the UCB index is not capped either, the KL index is capped at 1.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from latebandit.policies.base import ArmStats, Array, IndexPolicy
+from latebandit.policies.indices import klucb_poisson
+
+
+class DelayCorrected(IndexPolicy):
+    """Index policies that divide by the delay-corrected count Ñ instead of the raw pulls N."""
+
+    delay_corrected: ClassVar[bool] = True
+
+    def effective_pulls(self, stats: ArmStats) -> np.ndarray:
+        return np.asarray(stats.effective, dtype=np.float64)
+
+
+class DelayedUCB(DelayCorrected):
+    """U = θ̂ + sqrt(N·β/2)/Ñ: Hoeffding on S − θÑ, a sum of N centred terms of range 1 (§2.3)."""
+
+    name: ClassVar[str] = "delayed-ucb"
+
+    def bound(self, estimate: Array, stats: ArmStats, effective: Array, beta: Array) -> Array:
+        return estimate + np.sqrt(np.asarray(stats.pulls, dtype=np.float64) * beta / 2.0) / effective
+
+
+class DelayedKLUCB(DelayCorrected):
+    """U = max{q ∈ [θ̂, 1] : Ñ·d_Pois(θ̂, q) <= β}. The Poisson divergence, not the Bernoulli one, because
+    the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (§2.4)."""
+
+    name: ClassVar[str] = "delayed-klucb"
+
+    def bound(self, estimate: Array, stats: ArmStats, effective: Array, beta: Array) -> Array:
+        return klucb_poisson(estimate, beta / effective)

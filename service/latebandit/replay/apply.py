@@ -1,0 +1,227 @@
+"""Re-apply an event log (CONTRACT.md JSONL) to the campaigns' own policies, through the same store
+semantics and the same exposure code as the live service, so ``replay --dump-state`` equals ``GET /state``.
+
+Time is virtual: it is the latest event time seen, and ``as_of`` cuts the log (decisions made and
+conversions occurred after it are left out). Conversions whose decision line is missing from the log
+cannot be attributed to a pull and are skipped and counted in ``skipped``.
+
+A planning campaign (ODAAF, ARS-*, CLW) is replayed from its plan lines (the plans the service committed,
+with the RNG draws they embody) and its decisions, aggregates and watermarks at the times the service
+recorded them, which rebuilds its schedule exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from latebandit.audit.export import record_to_line
+from latebandit.audit.records import Record
+from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
+from latebandit.config import Settings
+from latebandit.engine import describe_state
+from latebandit.exposure import bucket_moments
+from latebandit.feedback import Conversion, prepare
+from latebandit.policies.schedule import Plan
+from latebandit.scheduling import describe_schedule
+from latebandit.store.base import AnonymousEvent, CampaignRefused, Pull
+from latebandit.store.memory import MemoryStore
+from latebandit.store.schedule import ClaimStatus
+from latebandit.timeutil import parse_time
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    campaign: str
+    arm: int
+    at: int
+    counted: bool
+    version: int
+
+
+def campaign_from_line(line: dict[str, Any]) -> Campaign:
+    """A campaign line is a campaign body (as POST /campaigns takes it) plus, from an export, the stored
+    fields (status, version, created_at)."""
+    body = {key: value for key, value in line.items() if key in Campaign.model_fields and key != "created_at"}
+    created = line.get("created_at")
+    if isinstance(created, str):
+        body["created_at"] = parse_time(created)
+    elif isinstance(created, int):
+        body["created_at"] = created
+    return Campaign.model_validate(body)
+
+
+class Replayer:
+    """Feedback is applied at the time the service received it (``received_at`` in an export, else its
+    ``occurred_at``): that time decides deduplication expiry and whether it lies before ``as_of``. Pass
+    the service's ``dedup_retention`` and ``request_ttl`` to reproduce it exactly."""
+
+    def __init__(self, as_of: int | None = None, settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        self.now = 0
+        self.as_of = as_of
+        self.retention = settings.dedup_retention
+        self.request_ttl = math.ceil(settings.request_ttl)
+        self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
+        self.campaigns: dict[str, Campaign] = {}
+        self.decisions: dict[str, LoggedDecision] = {}
+        self.skipped: Counter[str] = Counter()
+
+    def _advance(self, moment: int) -> bool:
+        """Move the virtual clock; False if the event lies after ``as_of`` and must be left out."""
+        if self.as_of is not None and moment > self.as_of:
+            return False
+        self.now = max(self.now, moment)
+        return True
+
+    async def apply_all(self, lines: Iterable[dict[str, Any]]) -> None:
+        for line in lines:
+            await self.apply(line)
+
+    async def apply(self, line: dict[str, Any]) -> None:
+        kind = line.get("type")
+        if kind == "campaign":
+            await self._campaign(line)
+        elif kind == "decision":
+            await self._decision(line)
+        elif kind == "conversion" and self._plans(line):
+            await self._anonymous(line, AnonymousEvent("aggregate", *self._instant(line), *self._identity(line)))
+        elif kind == "conversion":
+            await self._conversion(line)
+        elif kind == "aggregate" and self._plans(line):
+            start, end = parse_time(line["start"]), parse_time(line["end"])
+            await self._anonymous(line, AnonymousEvent("aggregate", start, end, float(line["value"]),
+                                                       *self._identity(line)))  # fmt: skip
+        elif kind == "watermark" and self._plans(line):
+            at = parse_time(line["at"])
+            await self._anonymous(line, AnonymousEvent("watermark", at, at, 0.0, None, None, 0))
+        else:
+            self.skipped[f"{kind}_event"] += 1
+
+    async def _campaign(self, line: dict[str, Any]) -> None:
+        if "arms" in line:
+            campaign = campaign_from_line(line)
+            if not self._advance(campaign.created_at):
+                return
+            if await self.store.create_campaign(campaign, {}):
+                self.campaigns[campaign.id] = campaign
+            return
+        campaign_id, status = line.get("id") or line.get("campaign"), line.get("status")
+        if campaign_id not in self.campaigns:
+            return
+        at = line.get("at")
+        if at is not None and not self._advance(parse_time(at)):
+            return
+        if "plan" in line:
+            await self._plan(self.campaigns[campaign_id], line)
+            return
+        if "policy" in line:  # the next policy version, with a fresh state, as the service started it
+            change = PolicyChange(policy=line["policy"], delay=line.get("delay"))
+            changed = await self.store.change_policy(self.campaigns[campaign_id].with_policy(change), {})
+        elif status in CampaignStatus.__members__.values():
+            changed = await self.store.set_status(campaign_id, CampaignStatus(status), {})
+        else:
+            return
+        self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
+
+    def _plans(self, line: dict[str, Any]) -> bool:
+        campaign = self.campaigns.get(line.get("campaign", ""))
+        return campaign is not None and campaign.plans
+
+    def _instant(self, line: dict[str, Any]) -> tuple[int, int, float]:
+        at = parse_time(line["occurred_at"])
+        return at, at, float(line.get("value", 1.0))
+
+    def _identity(self, line: dict[str, Any]) -> tuple[str | None, str | None, int]:
+        """Event id, decision id and deduplication time of an anonymous event, as the service set them."""
+        campaign = self.campaigns[line["campaign"]]
+        ttl = math.ceil(campaign.allowed_lateness + self.retention)
+        return line.get("event_id"), line.get("decision_id"), ttl
+
+    async def _plan(self, campaign: Campaign, line: dict[str, Any]) -> None:
+        plan, version = Plan.from_json(line["plan"]), int(line["version"])
+        if not await self.store.commit_plan(
+            campaign, version - 1, plan, int(line["consumed"]), {"config": {}}, self.now
+        ):
+            self.skipped["plan_out_of_order"] += 1
+
+    async def _anonymous(self, line: dict[str, Any], event: AnonymousEvent) -> None:
+        received = parse_time(line["received_at"]) if "received_at" in line else event.end
+        if not self._advance(received):
+            return
+        try:
+            await self.store.apply_anonymous(self.campaigns[line["campaign"]], [event], received)
+        except CampaignRefused:
+            self.skipped["feedback_refused"] += 1
+
+    async def _decision(self, line: dict[str, Any]) -> None:
+        campaign = self.campaigns.get(line["campaign"])
+        if campaign is None or line["arm"] not in campaign.arm_index:
+            self.skipped["decision_without_campaign"] += 1
+            return
+        at = parse_time(line["at"])
+        if not self._advance(at):
+            return
+        arm = campaign.arm_index[line["arm"]]
+        counted = not line.get("fallback", False)
+        self.decisions[line["decision_id"]] = LoggedDecision(
+            campaign.id, arm, at, counted, line.get("version", campaign.version)
+        )
+        bucket, offset, moments = bucket_moments(campaign, at)
+        propensity = float(line.get("propensity", 1.0))
+        pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {"at": at})
+        if counted and campaign.plans:
+            claim = await self.store.claim_slot(campaign, pull, None, self.request_ttl)
+            if claim.status is not ClaimStatus.NEW:
+                self.skipped[f"decision_{claim.status.value}"] += 1
+        elif counted:  # every logged pull counts, whatever its request_id: the service counted it
+            await self.store.record_decision(campaign, pull, None, self.request_ttl)
+        self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)
+
+    async def _conversion(self, line: dict[str, Any]) -> None:
+        decision = self.decisions.get(line["decision_id"])
+        if decision is None:
+            self.skipped["conversion_without_decision"] += 1
+            return
+        occurred_at = parse_time(line["occurred_at"])
+        received = parse_time(line["received_at"]) if "received_at" in line else occurred_at
+        if not self._advance(received):
+            return
+        campaign = self.campaigns[decision.campaign]
+        conversion = Conversion(
+            campaign.id, line["decision_id"], decision.arm, decision.at, decision.counted, decision.version,
+            occurred_at, float(line.get("value", 1.0)), line.get("event_id"),
+        )  # fmt: skip
+        try:
+            await self.store.apply_conversions(campaign, [prepare(campaign, conversion, received, self.retention)])
+        except CampaignRefused:
+            self.skipped["conversion_refused"] += 1
+
+    async def state(self, campaign_id: str, as_of: int | None = None) -> dict[str, Any]:
+        campaign = self.campaigns[campaign_id]
+        snapshot = await self.store.snapshot(campaign)
+        moment = as_of if as_of is not None else self.as_of or self.now
+        if campaign.plans:
+            return describe_schedule(campaign, snapshot.counters, await self.store.schedule_view(campaign), moment)
+        return describe_state(campaign, snapshot, moment)
+
+
+def read_log(path: str) -> Iterable[dict[str, Any]]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if raw.strip():
+                try:
+                    yield orjson.loads(raw)
+                except orjson.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+
+
+def records_as_lines(records: Iterable[Record]) -> Iterable[dict[str, Any]]:
+    """Audit records in the event-log form (the export), for replaying straight from the audit log."""
+    for record in records:
+        yield record_to_line(record)

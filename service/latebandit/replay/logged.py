@@ -1,0 +1,120 @@
+"""One campaign's logged traffic as an off-policy evaluation sees it: its counted decisions in time order,
+each with the logged propensity, the conversions the log holds for it, and its reward within the window.
+
+The reward of a decision is the value of its first conversion that occurred within the window (rewards
+are Bernoulli per decision, CONTRACT.md), 0 if none did. It is known only once the window has closed by
+the end of the log: a decision younger than the window at the end may still convert, so its reward is
+unknown (``None``) rather than 0 (censored by the log's end, not by the window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from latebandit.campaign import Campaign
+from latebandit.replay.apply import campaign_from_line
+from latebandit.timeutil import parse_time
+
+
+class NotEvaluable(ValueError):
+    """The log cannot support the estimate asked for; the message says why and what would."""
+
+
+@dataclass(frozen=True)
+class LoggedConversion:
+    occurred_at: int
+    value: float
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    decision_id: str
+    arm: int
+    at: int
+    propensity: float
+    conversions: tuple[LoggedConversion, ...]  # those that occurred by the log's end, in log order
+    reward: float | None  # value counted within the window; None while the window is open at the end
+
+
+@dataclass
+class CampaignLog:
+    campaign: Campaign
+    decisions: list[LoggedDecision]
+    end: int  # µs: the evaluation horizon (``--at`` or the log's latest time)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> CampaignLog:
+    """The campaign's decisions and conversions up to ``at`` (default: the latest time in the log)."""
+    campaigns: dict[str, Campaign] = {}
+    decisions: list[dict[str, Any]] = []
+    conversions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    latest = 0
+    for line in lines:
+        kind = line.get("type")
+        if kind == "campaign" and "arms" in line:
+            campaign = campaign_from_line(line)
+            campaigns.setdefault(campaign.id, campaign)
+        elif kind == "decision":
+            decisions.append(line)
+            latest = max(latest, parse_time(line["at"]))
+        elif kind == "conversion":
+            conversions[line["decision_id"]].append(line)
+            latest = max(latest, parse_time(line["occurred_at"]))
+    campaign = _pick(campaigns, campaign_id)
+    end = latest if at is None else at
+    log = CampaignLog(campaign, [], end)
+    for line in decisions:
+        if line.get("campaign") != campaign.id:
+            continue
+        moment = parse_time(line["at"])
+        if moment > end:
+            continue
+        if line.get("fallback", False):  # the default arm, not the policy's choice: nothing to learn from
+            log.skipped["fallback decisions"] += 1
+            continue
+        log.decisions.append(_decision(campaign, line, moment, conversions.get(line["decision_id"], []), end))
+    log.decisions.sort(key=lambda decision: decision.at)
+    return log
+
+
+def _pick(campaigns: dict[str, Campaign], campaign_id: str | None) -> Campaign:
+    if not campaigns:
+        raise NotEvaluable("the log holds no campaign line: export it with `latebandit export`")
+    if campaign_id is None:
+        if len(campaigns) > 1:
+            raise NotEvaluable(f"the log holds several campaigns ({', '.join(campaigns)}): pass --campaign")
+        return next(iter(campaigns.values()))
+    if campaign_id not in campaigns:
+        raise NotEvaluable(f"no campaign {campaign_id!r} in the log")
+    return campaigns[campaign_id]
+
+
+def _decision(
+    campaign: Campaign, line: dict[str, Any], at: int, lines: list[dict[str, Any]], end: int
+) -> LoggedDecision:
+    propensity = line.get("propensity")
+    ok = isinstance(propensity, int | float) and not isinstance(propensity, bool) and 0.0 < propensity <= 1.0
+    if not ok or not math.isfinite(propensity):
+        raise NotEvaluable(
+            f"decision {line['decision_id'][:40]!r} has no propensity in (0, 1] (got {propensity!r}): "
+            "an off-policy estimate needs the logging policy's probability of every logged choice"
+        )
+    if line["arm"] not in campaign.arm_index:
+        raise NotEvaluable(f"decision {line['decision_id'][:40]!r} names an unknown arm {line['arm']!r}")
+    seen = []
+    for conversion in lines:
+        occurred = max(at, parse_time(conversion["occurred_at"]))  # the service clamps a small skew to 0
+        if occurred <= end:
+            seen.append(LoggedConversion(occurred, float(conversion.get("value", 1.0)), conversion.get("event_id")))
+    reward = None
+    if at + campaign.window_us <= end:
+        counted = [c.value for c in seen if c.occurred_at - at <= campaign.window_us]
+        reward = counted[0] if counted else 0.0
+    arm = campaign.arm_index[line["arm"]]
+    return LoggedDecision(line["decision_id"], arm, at, float(propensity), tuple(seen), reward)

@@ -1,0 +1,157 @@
+"""Wiring: builds the store, audit log, writer, signer and engine from the settings.
+
+Shared by the API process and the CLI commands that act on a running deployment's data (rebuild, export).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
+
+from latebandit import metrics
+from latebandit.audit.log import AuditLog
+from latebandit.audit.writer import AuditWriter
+from latebandit.campaign import Campaign
+from latebandit.config import Settings
+from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.replay.rebuild import restore_memory
+from latebandit.store.base import StateStore, StoreUnavailable
+from latebandit.store.memory import MemoryStore
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import wall_clock
+from latebandit.tokens import TokenSigner
+
+log = logging.getLogger("latebandit")
+
+BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
+
+
+def load_secret(settings: Settings) -> str:
+    """LATEBANDIT_SECRET, or one generated once and kept beside the SQLite file, so decision ids stay
+    valid across restarts and across the workers of one machine (created with O_EXCL: no race)."""
+    if settings.secret:
+        return settings.secret
+    path = Path(settings.secret_file())
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):
+            text = path.read_text().strip()
+            if text:
+                return text
+            time.sleep(0.01)  # another worker is writing it
+        raise RuntimeError(f"secret file {path} is empty") from None
+    generated = secrets.token_urlsafe(32)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(generated)
+    return generated
+
+
+class SchemaBehind(RuntimeError):
+    pass
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: StateStore
+    audit: AuditLog
+    writer: AuditWriter
+    engine: DecisionEngine
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def build(cls, settings: Settings) -> Runtime:
+        audit = AuditLog(settings.sqlalchemy_url)
+        store: StateStore = (
+            RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
+            if settings.redis_url
+            else MemoryStore(wall_clock)
+        )
+        writer = AuditWriter(store, audit, settings.audit_batch)
+        options = EngineOptions(
+            max_skew=settings.max_skew,
+            request_ttl=settings.request_ttl,
+            dedup_retention=settings.dedup_retention,
+            snapshot_interval=settings.snapshot_interval,
+        )
+        # In the embedded mode the queue lives in process memory: flush it before answering.
+        durable = writer.flush if settings.embedded else None
+
+        async def from_history(campaign_id: str) -> Campaign | None:
+            try:
+                config = await asyncio.to_thread(audit.created, campaign_id)
+            except SQLAlchemyError as error:  # creating a campaign must not forget an existing one's history
+                raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
+            return None if config is None else Campaign.model_validate(config)
+
+        signer = TokenSigner(load_secret(settings))
+        engine = DecisionEngine(store, signer, wall_clock, np.random.default_rng(), options, durable, from_history)
+        return cls(settings, store, audit, writer, engine)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._prepare_schema)
+        if isinstance(self.store, MemoryStore):
+            await self._restore_embedded_state()
+        self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
+        self.tasks.append(asyncio.create_task(self._watch_backlog()))
+
+    def _prepare_schema(self) -> None:
+        if self.settings.sqlalchemy_url.startswith("sqlite"):
+            self.audit.create_schema()
+            return
+        try:
+            status = self.audit.schema_status()
+        except Exception as error:  # the database may be down: decisions must still flow
+            log.warning("audit database unreachable at start (%s); the audit queue will wait for it", error)
+            return
+        if not status.up_to_date:
+            raise SchemaBehind(
+                f"the audit database schema is at {status.current!r}, the service needs {status.head!r}: "
+                "run `latebandit migrate` first"
+            )
+
+    async def _restore_embedded_state(self) -> None:
+        """The embedded store lives in memory: rebuild it from the SQLite audit log at start."""
+        assert isinstance(self.store, MemoryStore)
+        await restore_memory(self.audit, self.store, self.settings)
+
+    async def _watch_backlog(self) -> None:
+        """Every 5 s: the audit backlog and lag, and whether the store and the audit database answer."""
+        while not self.stop.is_set():
+            metrics.AUDIT_LAG.set(self.writer.lag())
+            try:
+                await self.store.ping()
+                metrics.AUDIT_BACKLOG.set(await self.store.audit_backlog())
+                metrics.STORE_UP.set(1)
+            except StoreUnavailable:
+                metrics.STORE_UP.set(0)
+            try:
+                await asyncio.to_thread(self.audit.ping)
+                metrics.AUDIT_UP.set(1)
+            except Exception:  # any database error means "down"; the writer logs the cause
+                metrics.AUDIT_UP.set(0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.engine.planner.close()
+        for task in self.tasks:
+            with contextlib.suppress(Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await self.writer.flush()
+        if isinstance(self.store, RedisStore):
+            await self.store.close()
+        self.audit.dispose()

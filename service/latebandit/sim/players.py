@@ -1,0 +1,114 @@
+"""How one policy plays the rounds of R runs: from per-arm statistics (a feed) round by round, or from its
+plan of segments in blocks of rounds during which no run changes arm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from latebandit.policies import Choice, Policy, SchedulePolicy
+from latebandit.policies.floor import with_floor
+from latebandit.sim.accounting import weighted_regret
+from latebandit.sim.environment import Environment, Pull
+from latebandit.sim.feeds import Feed
+from latebandit.sim.segments import ScheduleDriver
+
+Observer = Callable[[int, Choice, Pull], None]  # (round, the choice, the pull) after each round's pull
+
+
+class Player(Protocol):
+    def longest_block(self) -> int:
+        """How many rounds, from the current one, every run keeps its arm (1 for a policy deciding each round)."""
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        """Play the next ``rounds`` rounds (at most ``longest_block()``) in every run; the arms pulled (R,)."""
+
+    def weighted(self) -> np.ndarray:
+        """(R,) L(T), the τ-weighted regret Σ_s Δ_{A_s}·τ(min(T − s, m)), once the horizon has been played."""
+
+
+class History:
+    """The arms played, as (first round, rounds, arms (R,)) blocks: what L(T) is computed from at the end."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self._blocks: list[tuple[int, int, np.ndarray]] = []
+
+    def append(self, first: int, rounds: int, arms: np.ndarray) -> None:
+        self._blocks.append((first, rounds, arms))
+
+    def weighted(self) -> np.ndarray:
+        scenario = self.env.scenario
+        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
+
+
+class FeedPlayer:
+    """Index and sampling policies: ``choose`` on the feed's statistics, then the feed learns what arrived."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        env: Environment,
+        feed: Feed,
+        rng: np.random.Generator,
+        floor: float = 0.0,
+        observe: Observer | None = None,
+    ) -> None:
+        self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
+        self.floor, self.observe = floor, observe
+        self.policy = policy.prepare(feed.stats(np.ones(env.runs)))  # guha-bayes solves its plan here
+        self._t = np.empty(env.runs)
+        self._runs = np.arange(env.runs)
+        self._blocks = History(env)
+
+    def longest_block(self) -> int:
+        return 1
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        n = self.env.round
+        self._t.fill(n)
+        choice = with_floor(self.policy.choose(self.feed.stats(self._t), self.rng), self.floor, self.rng)
+        arms = choice.arm
+        pull = self.env.pull(arms)
+        if self.observe is not None:
+            self.observe(n, choice, pull)
+        ledger = self.feed.ledger
+        ledger.pulls[self._runs, arms] += 1.0
+        self.feed.record(pull)
+        self._blocks.append(self.env.round, 1, arms)
+        ledger.conversions += self.env.observe(self.env.end_round())
+        return arms
+
+    def weighted(self) -> np.ndarray:
+        return self._blocks.weighted()
+
+
+class SchedulePlayer:
+    """Planning policies: the scheduled arms for as many rounds as no segment ends, then each round's total
+    arrivals (attributed ones summed: an anonymous learner may always be given less than there is)."""
+
+    def __init__(
+        self, policy: SchedulePolicy, env: Environment, rng: np.random.Generator, observe: Observer | None = None
+    ) -> None:
+        self.env, self.observe = env, observe
+        self.driver = ScheduleDriver(policy, env.runs, rng)
+        self._blocks = History(env)
+
+    def longest_block(self) -> int:
+        return 1 if self.observe is not None else min(self.driver.steady(), self.env.longest_block())
+
+    def play_block(self, rounds: int) -> np.ndarray:
+        arms = self.driver.arms().copy()
+        self._blocks.append(self.env.round, rounds, arms)
+        if self.observe is not None:  # an event log wants every round's pull: one round at a time
+            self.observe(self.env.round, Choice(arms, self.driver.propensities()), self.env.pull(arms))
+            self.driver.observe(self.env.end_round().sum(axis=1))
+            return arms
+        self.env.pull_block(arms, rounds)
+        self.driver.observe_block(self.env.end_block(rounds).sum(axis=2))
+        return arms
+
+    def weighted(self) -> np.ndarray:
+        return self._blocks.weighted()

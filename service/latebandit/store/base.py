@@ -1,0 +1,213 @@
+"""The state-store interface and the plain data it exchanges with the decision engine.
+
+The per-campaign state does not depend on the policy: raw counters per arm, a histogram of the
+pulls still inside the censoring window (per arm and time bucket: count, summed offset (ms) inside the bucket,
+summed exponential moments, conversions seen), and per arm the counts of observed conversion delays in the
+fixed log-spaced buckets of service/latebandit/delay_tail.py. Every field only ever grows by addition, so the state does
+not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
+A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
+keeps the state bounded by the window, not by traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+
+from latebandit.audit.queue import AuditQueue
+from latebandit.audit.records import Outcome, Record
+from latebandit.campaign import Campaign, CampaignStatus
+from latebandit.delay_tail import BUCKETS
+from latebandit.policies.schedule import Plan
+from latebandit.store.schedule import Claim, ScheduleView
+
+
+class StoreUnavailable(RuntimeError):
+    """The state store cannot be reached: decisions fall back, feedback answers 503."""
+
+
+class CampaignRefused(RuntimeError):
+    """Feedback for a campaign that is unknown, paused or at another policy version (``moved``); the message
+    is the reason.
+    ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
+    applied in several atomic chunks can be paused between two of them)."""
+
+    def __init__(self, reason: str, applied: list[Outcome] | None = None) -> None:
+        super().__init__(reason)
+        self.applied = applied or []
+
+
+class CampaignMoved(RuntimeError):
+    """The campaign is at another policy version than the caller's copy of it (a policy change happened in
+    between): reload the campaign and try again."""
+
+
+@dataclass
+class Counters:
+    """Per-campaign and per-arm counters (arrays of length K)."""
+
+    decisions: int
+    pulls: np.ndarray
+    conversions: np.ndarray  # float: Σ of counted conversion values (each in [0, 1], 1 by default)
+    matured: np.ndarray
+
+    @classmethod
+    def zeros(cls, arms: int) -> Counters:
+        ints = np.zeros(arms, dtype=np.int64)
+        return cls(0, pulls=ints, conversions=np.zeros(arms), matured=ints.copy())
+
+
+@dataclass
+class Histogram:
+    """Pulls inside the window, one row per (arm, bucket) cell."""
+
+    arm: np.ndarray  # int64 (n,)
+    bucket: np.ndarray  # int64 (n,): floor(decided_at / bucket width)
+    count: np.ndarray  # int64 (n,)
+    offset: np.ndarray  # int64 (n,): Σ (decided_at − bucket·width) in ms: the mean pull time to the millisecond
+    converted: np.ndarray  # int64 (n,): counted conversions of these pulls
+    moments: np.ndarray  # float64 (n, J): Σ exp(−λ_j·(bucket end − decided_at)) per exponential component
+
+    @classmethod
+    def empty(cls, components: int) -> Histogram:
+        ints = [np.zeros(0, dtype=np.int64) for _ in range(5)]
+        return cls(*ints, moments=np.zeros((0, components)))
+
+
+@dataclass
+class StateSnapshot:
+    counters: Counters
+    histogram: Histogram
+    delays: np.ndarray | None = None  # int64 (K, delay_tail.BUCKETS): first conversions of counted pulls
+
+    def delay_counts(self) -> np.ndarray:
+        arms = len(self.counters.pulls)
+        return self.delays if self.delays is not None else np.zeros((arms, BUCKETS), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A decision to record: the arm pulled, where it falls in the histogram, and its audit record."""
+
+    arm: int
+    bucket: int
+    offset: int
+    moments: tuple[float, ...]
+    decision_id: str
+    propensity: float
+    record: Record
+
+
+class DecisionStatus(StrEnum):
+    NEW = "new"
+    REPEATED = "repeated"  # a retried request_id: the earlier decision is returned
+    PAUSED = "paused"
+    UNKNOWN = "unknown"
+    MOVED = "moved"  # the campaign's policy version changed: reload it (CampaignMoved)
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    status: DecisionStatus
+    decision_id: str = ""
+    arm: int = -1
+    propensity: float = 0.0
+    counters: Counters | None = None
+
+
+@dataclass(frozen=True)
+class AnonymousEvent:
+    """A verified aggregate (an attributed conversion is one over the instant it occurred at) or watermark,
+    for a campaign whose policy learns from sums."""
+
+    kind: str  # "aggregate" or "watermark"
+    start: int  # µs; the watermark's time for a watermark
+    end: int
+    value: float
+    event_id: str | None
+    decision_id: str | None  # a conversion's decision: one conversion per decision, as for attributed ones
+    dedup_ttl: int
+    record: Record = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedConversion:
+    """A verified conversion, classified by everything that does not need the store's memory."""
+
+    decision_id: str
+    arm: int
+    bucket: int
+    value: float
+    counts: bool  # within the window, of a counted pull of the current policy version (the store checks it is)
+    censored: bool  # later than the window
+    event_id: str | None
+    dedup_ttl: int  # seconds the event_id and the decision's conversion are remembered
+    record: Record = field(default_factory=dict)
+    delay_bucket: int = 0  # delay_tail bucket of the delay, counted with the decision's first conversion
+
+
+class StateStore(AuditQueue, Protocol):
+    async def ping(self) -> None: ...
+
+    async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
+        """False if the id exists."""
+        ...
+
+    async def get_campaign(self, campaign_id: str) -> Campaign | None: ...
+
+    async def list_campaigns(self) -> list[str]: ...
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None: ...
+
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        """Store ``campaign`` (the next policy version, ``version`` one above the stored one) and reset its
+        counters and histogram, atomically with its audit record; None if unknown, CampaignMoved if the
+        stored version is not the one before."""
+        ...
+
+    async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:
+        """The campaign's state; a store may serve a histogram up to ``max_age`` seconds old (counters fresh
+        as of this worker's last write) when ``max_age`` > 0."""
+        ...
+
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        """Atomically: return the earlier decision of ``request_id``, or refuse a paused campaign, or count
+        the pull and queue its audit record."""
+        ...
+
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        """Audit a fallback decision (its pull is not counted) and remember its request_id; a retried
+        request_id gets its earlier decision."""
+        ...
+
+    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch."""
+        ...
+
+    async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
+        """Move matured histogram cells into the arms' ``matured`` counters (idempotent)."""
+        ...
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        """Atomically: the earlier decision of ``request_id``; or refuse (paused, unknown, no plan); or, if
+        the next slot's segment has the arm and propensity of ``pull``, take the slot, count the decision
+        and queue its audit record; else MOVED with the slot's arm and propensity, nothing changed."""
+        ...
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView: ...
+
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
+        """Install ``plan`` unless a plan was committed since version ``expected``; drop the ``consumed``
+        first closed records (the plan has learnt from them) and queue ``record`` for audit. Times (here
+        ``now``, a claim's ``pull.record["at"]``) are the engine's, so that a replay of the log repeats them."""
+        ...
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
+        outcome per event (an ``Outcome`` value or ``before_decision``)."""
+        ...

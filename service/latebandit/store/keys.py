@@ -1,0 +1,86 @@
+"""Every Redis key latebandit uses, built in one place.
+
+A campaign's keys share the hash tag ``{campaign}``, so they sit in one Redis Cluster slot and every Lua
+script over them stays legal on a cluster. Only the registry of campaign ids lives outside the tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "lb"
+
+    def registry(self) -> str:
+        return f"{self.prefix}:campaigns"
+
+    def _tagged(self, campaign: str, name: str) -> str:
+        return f"{self.prefix}:{{{campaign}}}:{name}"
+
+    def state(self, campaign: str) -> list[str]:
+        """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
+        audit log, nor request-id keys)."""
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.dedup_expiry)
+        names += self.schedule_names()
+        return [name(campaign) for name in names]
+
+    def config(self, campaign: str) -> str:
+        return self._tagged(campaign, "config")
+
+    def counters(self, campaign: str) -> str:
+        """Hash: ``d`` decisions, ``paused``, and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        return self._tagged(campaign, "counters")
+
+    def cells(self, campaign: str) -> str:
+        """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments)."""
+        return self._tagged(campaign, "cells")
+
+    def delays(self, campaign: str) -> str:
+        """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/latebandit/delay_tail.py)."""
+        return self._tagged(campaign, "delays")
+
+    def audit(self, campaign: str) -> str:
+        """Stream of audit entries waiting for the writer."""
+        return self._tagged(campaign, "audit")
+
+    def audit_lease(self, campaign: str) -> str:
+        """Which worker's audit writer drains the campaign's stream for now."""
+        return self._tagged(campaign, "audit:lease")
+
+    def request(self, campaign: str, request_id: str) -> str:
+        return self._tagged(campaign, f"req:{request_id}")
+
+    def dedup(self, campaign: str) -> str:
+        """Hash of what feedback has been seen: ``ev:<event id>`` and ``cv:<decision id>`` (converted)."""
+        return self._tagged(campaign, "dedup")
+
+    def dedup_expiry(self, campaign: str) -> str:
+        """Sorted set of the dedup fields by expiry time (seconds), so old entries can be dropped in bulk."""
+        return self._tagged(campaign, "dedup:expiry")
+
+    def schedule_names(self) -> tuple[Callable[[str], str], ...]:
+        return (self.sched, self.segments, self.starts, self.closed)
+
+    def sched(self, campaign: str) -> str:
+        """Hash of a planning policy's schedule: plan, version, slots, watermark (store/schedule.py)."""
+        return self._tagged(campaign, "sched")
+
+    def segments(self, campaign: str) -> str:
+        """Hash of the open segment records: ``<id>:j|a|c|f|s|x|y|r`` (segment JSON, arm, counted, first
+        slot, start, end, next first slot, reward)."""
+        return self._tagged(campaign, "segments")
+
+    def starts(self, campaign: str) -> str:
+        """Sorted set of the open segment record ids by start time (µs)."""
+        return self._tagged(campaign, "starts")
+
+    def closed(self, campaign: str) -> str:
+        """List of the closed segment records (JSON) not yet given to a plan."""
+        return self._tagged(campaign, "closed")
+
+    def tagged(self, campaign: str, suffix: str) -> str:
+        """A campaign key from its suffix, for keys restored by a rebuild (``req:<request id>``)."""
+        return self._tagged(campaign, suffix)

@@ -1,0 +1,398 @@
+"""The embedded state store: everything in process memory, for one process (``latebandit serve`` with no
+Redis, replays, rebuilds and tests).
+
+Every method runs to completion without awaiting, so on one event loop each is atomic, as the Redis
+store's Lua scripts are. The semantics mirror store/lua/*.lua line for line; the same contract tests run
+against both stores.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latebandit.audit.queue import QueueEntry
+from latebandit.audit.records import Outcome, Record
+from latebandit.campaign import Campaign, CampaignStatus
+from latebandit.delay_tail import BUCKETS
+from latebandit.policies.schedule import Plan
+from latebandit.store.base import (
+    AnonymousEvent,
+    CampaignMoved,
+    CampaignRefused,
+    Counters,
+    DecisionResult,
+    DecisionStatus,
+    Histogram,
+    PreparedConversion,
+    Pull,
+    StateSnapshot,
+)
+from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, next_slot
+from latebandit.timeutil import MICROS
+
+_SWEEP_MINIMUM = 1024
+
+
+@dataclass
+class Cell:
+    count: int = 0
+    offset: int = 0
+    converted: int = 0
+    moments: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CampaignMemory:
+    campaign: Campaign
+    counters: Counters
+    cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
+    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires, s, value)
+    audit: dict[str, list[Record]] = field(default_factory=dict)
+    sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
+    histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
+    histogram_at: int = 0
+    delays: np.ndarray | None = None  # (K, delay_tail.BUCKETS) observed delays; zeros at creation
+
+    def __post_init__(self) -> None:
+        if self.delays is None:
+            self.delays = np.zeros((len(self.campaign.arms), BUCKETS), dtype=np.int64)
+
+    schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
+
+
+class MemoryStore:
+    def __init__(self, clock: Callable[[], int], keep_audit: bool = True) -> None:
+        self._clock = clock
+        self._keep_audit = keep_audit  # replays re-apply logged events and must not queue them again
+        self._campaigns: dict[str, CampaignMemory] = {}
+        self._last_entry = (0, 0)
+
+    async def ping(self) -> None:
+        return None
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
+        if campaign.id in self._campaigns:
+            return False
+        memory = CampaignMemory(campaign, Counters.zeros(len(campaign.arms)))
+        self._campaigns[campaign.id] = memory
+        self._queue(memory, [record])
+        return True
+
+    async def get_campaign(self, campaign_id: str) -> Campaign | None:
+        memory = self._campaigns.get(campaign_id)
+        return memory.campaign if memory else None
+
+    async def list_campaigns(self) -> list[str]:
+        return sorted(self._campaigns)
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign_id)
+        if memory is None:
+            return None
+        memory.campaign = memory.campaign.model_copy(update={"status": status})
+        self._queue(memory, [record])
+        return memory.campaign
+
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return None
+        if memory.campaign.version + 1 != campaign.version:
+            raise CampaignMoved(campaign.id)
+        memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
+        memory.counters = Counters.zeros(len(campaign.arms))
+        memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
+        self._queue(memory, [record])
+        return memory.campaign
+
+    # state ----------------------------------------------------------------------------------------
+
+    async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
+        """Counters are always fresh; with ``max_age`` > 0 the histogram arrays built at most that many
+        seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B)."""
+        memory = self._campaigns[campaign.id]
+        now = self._clock()
+        if memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
+            memory.histogram, memory.histogram_at = self._histogram(memory), now
+        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())  # type: ignore[union-attr]
+
+    @staticmethod
+    def _histogram(memory: CampaignMemory) -> Histogram:
+        cells = list(memory.cells.items())
+        components = len(memory.campaign.exact_components)
+        if not cells:
+            return Histogram.empty(components)
+        keys = np.array([key for key, _ in cells], dtype=np.int64)
+        return Histogram(
+            arm=keys[:, 0],
+            bucket=keys[:, 1],
+            count=np.array([cell.count for _, cell in cells], dtype=np.int64),
+            offset=np.array([cell.offset for _, cell in cells], dtype=np.int64),
+            converted=np.array([cell.converted for _, cell in cells], dtype=np.int64),
+            moments=np.array([cell.moments for _, cell in cells], dtype=np.float64).reshape(len(cells), components),
+        )
+
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return DecisionResult(DecisionStatus.UNKNOWN)
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return earlier
+        if memory.campaign.version != campaign.version:
+            return DecisionResult(DecisionStatus.MOVED)
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            return DecisionResult(DecisionStatus.PAUSED)
+        counters = memory.counters
+        counters.decisions += 1
+        counters.pulls[pull.arm] += 1
+        cell = memory.cells.setdefault((pull.arm, pull.bucket), Cell(moments=[0.0] * len(pull.moments)))
+        cell.count += 1
+        cell.offset += pull.offset
+        cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
+        self.remember_request(campaign, request_id, pull, ttl)
+        self._queue(memory, [{**pull.record, "seq": counters.decisions}])
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
+
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        memory = self._campaigns[campaign.id]
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return earlier
+        self.remember_request(campaign, request_id, pull, ttl)
+        self._queue(memory, [pull.record])
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
+
+    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        memory = self._accepting_feedback(campaign)
+        outcomes: list[Outcome] = []
+        recorded: list[Record] = []
+        for event in events:
+            outcome = self._classify(memory, event)
+            outcomes.append(outcome)
+            if outcome is not Outcome.DUPLICATE:
+                recorded.append({**event.record, "outcome": outcome.value})
+        if recorded:
+            self._queue(memory, recorded)
+        return outcomes
+
+    def _classify(self, memory: CampaignMemory, event: PreparedConversion) -> Outcome:
+        if event.event_id is not None and not self._set_new(memory, f"ev:{event.event_id}", event.dedup_ttl):
+            return Outcome.DUPLICATE
+        first = self._set_new(memory, f"cv:{event.decision_id}", event.dedup_ttl)
+        if not first:
+            if event.event_id is None:
+                return Outcome.DUPLICATE
+            return Outcome.CENSORED if event.censored else Outcome.REPEAT
+        if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
+            memory.delays[event.arm, event.delay_bucket] += 1  # type: ignore[index]
+        if event.censored:
+            return Outcome.CENSORED
+        if not event.counts:
+            return Outcome.STALE
+        memory.counters.conversions[event.arm] += event.value
+        cell = memory.cells.get((event.arm, event.bucket))
+        if cell is not None:
+            cell.converted += 1
+        return Outcome.COUNTED
+
+    async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
+        memory = self._campaigns[campaign.id]
+        for arm, bucket in zip(arms.tolist(), buckets.tolist(), strict=True):
+            cell = memory.cells.pop((arm, bucket), None)
+            if cell is not None:
+                memory.counters.matured[arm] += cell.count
+        memory.histogram = None  # its folded cells now count in ``matured``
+
+    # schedules (planning policies) ---------------------------------------------------------------------
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return Claim(ClaimStatus.UNKNOWN)
+        earlier = self._earlier(memory, request_id)
+        if earlier is not None:
+            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if memory.campaign.version != campaign.version:
+            return Claim(ClaimStatus.MOVED)
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            return Claim(ClaimStatus.PAUSED)
+        book = memory.schedule
+        if book.plan is None:
+            return Claim(ClaimStatus.NEEDS_PLAN)
+        now = pull.record["at"]
+        slot = next_slot(book.slot, now, campaign.created_at, campaign.slot_us)
+        index, segment = book.resolve(slot)
+        if index == -1:
+            book.end_plan(now, campaign.created_at, campaign.slot_us)
+            book.close_ready(now, campaign.lateness_us)
+            if book.due():
+                return Claim(ClaimStatus.NEEDS_PLAN, version=book.version)
+        if (segment.arm, segment.propensity) != (pull.arm, pull.propensity):
+            return Claim(ClaimStatus.OTHER_ARM, segment.arm, segment.propensity, version=book.version)
+        book.claim(slot, now, campaign.created_at, campaign.slot_us)
+        book.close_ready(now, campaign.lateness_us)
+        memory.counters.decisions += 1
+        memory.counters.pulls[pull.arm] += 1
+        self.remember_request(campaign, request_id, pull, ttl)
+        self._queue(memory, [{**pull.record, "seq": memory.counters.decisions}])
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, book.version)
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView:
+        return self._campaigns[campaign.id].schedule.view()
+
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return False
+        earliest = next_slot(0, now, campaign.created_at, campaign.slot_us)
+        if not memory.schedule.commit(expected, plan, consumed, earliest if campaign.slot_us else 0):
+            return False
+        self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])
+        return True
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        memory = self._accepting_feedback(campaign)
+        book = memory.schedule
+        outcomes, recorded = [], []
+        for event in events:
+            outcome = self._classify_anonymous(memory, event)
+            outcomes.append(outcome)
+            if outcome in (Outcome.COUNTED, Outcome.PHASE_CLOSED):
+                recorded.append({**event.record, "outcome": outcome})
+        book.close_ready(now, campaign.lateness_us)
+        if recorded:
+            self._queue(memory, recorded)
+        return outcomes
+
+    def _accepting_feedback(self, campaign: Campaign) -> CampaignMemory:
+        """The campaign's memory, or CampaignRefused: unknown, at another policy version, or paused."""
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            raise CampaignRefused("unknown")
+        if memory.campaign.version != campaign.version:
+            raise CampaignRefused("moved")
+        if memory.campaign.status is CampaignStatus.PAUSED:
+            raise CampaignRefused("paused")
+        return memory
+
+    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> str:
+        book = memory.schedule
+        if event.kind == "watermark":
+            book.watermark = max(book.watermark, event.start)
+            return Outcome.COUNTED
+        if event.event_id is not None and self._get(memory, f"ev:{event.event_id}") is not None:
+            return Outcome.DUPLICATE
+        if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
+            return Outcome.DUPLICATE
+        outcome = book.credit(event.start, event.end, event.value)
+        if outcome == "before_decision":
+            return outcome
+        if event.event_id is not None:
+            self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
+        if event.decision_id is not None:
+            self._set(memory, f"cv:{event.decision_id}", True, event.dedup_ttl)
+        return Outcome.COUNTED if outcome == "counted" else Outcome.PHASE_CLOSED
+
+    # rebuilds -------------------------------------------------------------------------------------
+
+    def export_campaign(self, campaign_id: str) -> CampaignMemory:
+        return self._campaigns[campaign_id]
+
+    def import_campaign(self, memory: CampaignMemory, clock_shift: int) -> None:
+        """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` seconds (from
+        the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
+        expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
+        self._campaigns[memory.campaign.id] = CampaignMemory(
+            memory.campaign, memory.counters, memory.cells, expiring, delays=memory.delays, schedule=memory.schedule
+        )
+
+    # audit queue ----------------------------------------------------------------------------------
+
+    async def audit_campaigns(self) -> list[str]:
+        return [name for name, memory in self._campaigns.items() if memory.audit]
+
+    async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
+        memory = self._campaigns.get(campaign)
+        if memory is None:
+            return []
+        return [
+            QueueEntry(campaign, entry_id, records)
+            for entry_id, records in itertools.islice(memory.audit.items(), limit)
+        ]
+
+    async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
+        memory = self._campaigns.get(campaign)
+        for entry_id in entry_ids if memory else ():
+            memory.audit.pop(entry_id, None)  # type: ignore[union-attr]
+
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        return True  # one process
+
+    async def audit_backlog(self) -> int:
+        return sum(len(memory.audit) for memory in self._campaigns.values())
+
+    # helpers --------------------------------------------------------------------------------------
+
+    def _queue(self, memory: CampaignMemory, records: list[Record]) -> None:
+        if self._keep_audit:
+            memory.audit[self._next_entry_id()] = records
+
+    def continue_after(self, entry: tuple[int, int]) -> None:
+        """Issue queue ids after ``entry`` (the last one in the audit log), even if the clock went back."""
+        self._last_entry = max(self._last_entry, entry)
+
+    def _next_entry_id(self) -> str:
+        """``<ms>-<seq>`` from the clock, never going backwards, as Redis stream ids: ids of a later
+        process life sort after, and never collide with, the ones already in the audit log."""
+        millis, sequence = self._last_entry
+        now = self._clock() // 1000
+        self._last_entry = (now, 0) if now > millis else (millis, sequence + 1)
+        return "{}-{}".format(*self._last_entry)
+
+    def _earlier(self, memory: CampaignMemory, request_id: str | None) -> DecisionResult | None:
+        """The decision a retried request_id already got, if it is still remembered."""
+        earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
+        if earlier is None:
+            return None
+        decision_id, arm, propensity = earlier  # type: ignore[misc]
+        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
+
+    def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
+        """Remember which decision ``request_id`` got (replays restore this for rebuilds)."""
+        if request_id is not None:
+            memory = self._campaigns[campaign.id]
+            self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
+
+    def _get(self, memory: CampaignMemory, key: str) -> object | None:
+        entry = memory.expiring.get(key)
+        if entry is None or entry[0] <= self._clock() // MICROS:
+            memory.expiring.pop(key, None)
+            return None
+        return entry[1]
+
+    def _set(self, memory: CampaignMemory, key: str, value: object, ttl: int) -> None:
+        now = self._clock() // MICROS  # whole seconds, as Redis expires keys and the dedup sorted set
+        if len(memory.expiring) >= memory.sweep_at:
+            memory.expiring = {k: entry for k, entry in memory.expiring.items() if entry[0] > now}
+            memory.sweep_at = max(_SWEEP_MINIMUM, 2 * len(memory.expiring))
+        memory.expiring[key] = (now + ttl, value)
+
+    def _set_new(self, memory: CampaignMemory, key: str, ttl: int) -> bool:
+        """SET NX EX: True if the key was absent (or expired) and is now set."""
+        if self._get(memory, key) is not None:
+            return False
+        self._set(memory, key, True, ttl)
+        return True
+
+
+def _copy(counters: Counters) -> Counters:
+    return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())

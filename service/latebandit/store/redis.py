@@ -1,0 +1,596 @@
+"""The production state store: Redis (single node or Cluster), every state change one Lua script.
+
+Scripts are registered once per client and run by EVALSHA; each touches only the keys of one campaign
+(one hash tag), so they are legal on a cluster. The audit entry of a change is XADDed by the same script,
+so a state change and its audit record are never separated by a crash.
+
+``/choose`` makes one round trip: the decision uses the counters returned by this worker's previous
+decision and a histogram of recent pulls that may be up to ``snapshot_interval`` seconds old. Ñ is
+evaluated when the histogram is read; pulls made since weigh 0 until the next read and ages stop
+advancing meanwhile, which under-counts Ñ by at most (decisions in the interval)·F(interval) +
+interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import orjson
+import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from latebandit import metrics
+from latebandit.audit.queue import QueueEntry
+from latebandit.audit.records import Outcome, Record
+from latebandit.campaign import Campaign, CampaignStatus
+from latebandit.delay_tail import BUCKETS
+from latebandit.policies.schedule import Observed, Plan, Segment
+from latebandit.store.base import (
+    AnonymousEvent,
+    CampaignMoved,
+    CampaignRefused,
+    Counters,
+    DecisionResult,
+    DecisionStatus,
+    Histogram,
+    PreparedConversion,
+    Pull,
+    StateSnapshot,
+    StoreUnavailable,
+)
+from latebandit.store.keys import Keys
+from latebandit.store.schedule import Claim, ClaimStatus, PlayedSegment, ScheduleBook, ScheduleView, next_slot
+from latebandit.timeutil import MICROS, Clock, wall_clock
+
+SCRIPTS = (
+    *("create_campaign", "set_status", "change_policy", "record_decision", "record_fallback"),
+    *("apply_conversions", "fold_matured", "claim_slot", "commit_plan", "apply_anonymous"),
+)
+LIBRARY_MARK = "-- requires: "
+CONVERSIONS_PER_SCRIPT = 1_000
+MAX_CONNECTIONS = 128
+
+
+def _load_script(name: str) -> str:
+    """A script's source, with the library it names on its first line (``-- requires: lib``) prepended:
+    Redis scripts cannot include each other, and the schedule scripts share their closing rule."""
+    source = resources.files("latebandit.store").joinpath(f"lua/{name}.lua").read_text()
+    first = source.partition("\n")[0]
+    if first.startswith(LIBRARY_MARK):
+        return _load_script(first.removeprefix(LIBRARY_MARK).strip()) + source
+    return source
+
+
+@dataclass
+class _Cached:
+    counters: Counters
+    histogram: Histogram
+    delays: np.ndarray
+    read_at: float  # time.monotonic() of the histogram (and delay histogram) read
+    version: int  # the policy version it was read for: a policy change resets the state
+
+
+def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
+    """A blocking pool: a burst of requests waits for a free connection instead of failing. A cluster
+    client discovers the other nodes from ``url`` and routes each command (each script) by its hash tag."""
+    timeouts = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    if cluster:
+        return aioredis.RedisCluster.from_url(url, max_connections=MAX_CONNECTIONS, **timeouts)
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=2.0, **timeouts)
+    return aioredis.Redis(connection_pool=pool)
+
+
+def parse_counters(raw: dict[bytes, bytes], arms: int) -> Counters:
+    counters = Counters.zeros(arms)
+    columns = {b"n": counters.pulls, b"s": counters.conversions, b"m": counters.matured}
+    for field, value in raw.items():
+        if field == b"d":
+            counters.decisions = int(value)
+            continue
+        kind, _, arm = field.partition(b":")
+        if kind in columns:
+            columns[kind][int(arm)] = float(value) if kind == b"s" else int(value)
+    return counters
+
+
+def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
+    """The cells hash as arrays. Counts and offsets stay integers all the way (an offset sum can pass
+    2^53, where a float64 would round it); only the moments are floats."""
+    counts: dict[tuple[int, int], list[int]] = {}
+    moments: dict[tuple[int, int], list[float]] = {}
+    slot = {b"c": 0, b"o": 1, b"v": 2}
+    for field, value in raw.items():
+        arm, bucket, kind = field.split(b":")
+        cell = (int(arm), int(bucket))
+        if kind in slot:
+            counts.setdefault(cell, [0, 0, 0])[slot[kind]] = int(value)
+        else:
+            moments.setdefault(cell, [0.0] * components)[int(kind[1:]) - 1] = float(value)
+    if not counts:
+        return Histogram.empty(components)
+    keys = np.array(list(counts), dtype=np.int64)
+    ints = np.array(list(counts.values()), dtype=np.int64)
+    floats = np.array([moments.get(cell, [0.0] * components) for cell in counts], dtype=np.float64)
+    return Histogram(
+        keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components)
+    )
+
+
+def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
+    """The delays hash (``arm:bucket`` → count) as a (K, buckets) int64 array."""
+    delays = np.zeros((arms, BUCKETS), dtype=np.int64)
+    for field, value in raw.items():
+        arm, bucket = field.split(b":")
+        delays[int(arm), int(bucket)] = int(value)
+    return delays
+
+
+class RedisStore:
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "lb",
+        client: aioredis.Redis | aioredis.RedisCluster | None = None,
+        clock: Clock = wall_clock,
+        cluster: bool = False,
+    ) -> None:
+        self._clock = clock  # for the expiry of deduplication entries
+        self.client = client or _client(url, cluster)
+        # The cluster client's per-node pools raise MaxConnectionsError when full instead of waiting, so
+        # the store itself makes a burst wait, as the single-node blocking pool does.
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS) if cluster else contextlib.nullcontext()
+        self.keys = Keys(prefix)
+        self._scripts: dict[str, AsyncScript] = {
+            name: self.client.register_script(_load_script(name)) for name in SCRIPTS
+        }
+        self._cache: dict[str, _Cached] = {}
+        self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
+        self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    @asynccontextmanager
+    async def _reachable(self, operation: str) -> AsyncIterator[None]:
+        """Times the call (``latebandit_store_seconds``) and turns Redis failures into StoreUnavailable."""
+        started = time.perf_counter()
+        try:
+            async with self._slots:
+                yield
+        except (RedisConnectionError, OSError) as error:
+            await self._drop_idle_connections()
+            raise StoreUnavailable(f"Redis unreachable: {error}") from error
+        except RedisTimeoutError as error:
+            raise StoreUnavailable(f"Redis unreachable: {error}") from error
+        except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
+            raise StoreUnavailable(f"Redis refused the operation: {error}") from error
+        finally:
+            metrics.STORE_LATENCY.labels(operation).observe(time.perf_counter() - started)
+
+    async def _drop_idle_connections(self) -> None:
+        """A broken connection usually means Redis restarted, and then every pooled connection is dead: close
+        the idle ones now, or each would fail one later request (a fallback or a 503), possibly long after
+        Redis is back. Commands are never retried instead: a script whose reply was lost may have run."""
+        pool = getattr(self.client, "connection_pool", None)  # the cluster client manages its nodes itself
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
+
+    async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
+        async with self._reachable(script):
+            return await self._scripts[script](keys=list(keys), args=list(args))
+
+    async def ping(self) -> None:
+        async with self._reachable("ping"):
+            await self.client.ping()
+
+    # campaigns ------------------------------------------------------------------------------------
+
+    def _campaign_keys(self, campaign_id: str) -> list[str]:
+        return [self.keys.config(campaign_id), self.keys.counters(campaign_id), self.keys.audit(campaign_id)]
+
+    async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
+        created = await self._run(
+            "create_campaign", self._campaign_keys(campaign.id), [campaign.model_dump_json(), orjson.dumps(record)]
+        )
+        async with self._reachable("campaign"):  # also when it existed: repairs a create interrupted before this step
+            await self.client.sadd(self.keys.registry(), campaign.id)
+        return bool(created)
+
+    async def get_campaign(self, campaign_id: str) -> Campaign | None:
+        async with self._reachable("campaign"), self.client.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.config(campaign_id))
+            pipe.hget(self.keys.counters(campaign_id), "paused")
+            config, paused = await pipe.execute()
+        if config is None:
+            return None
+        status = CampaignStatus.PAUSED if paused == b"1" else CampaignStatus.ACTIVE
+        return Campaign.model_validate_json(config).model_copy(update={"status": status})
+
+    async def list_campaigns(self) -> list[str]:
+        async with self._reachable("campaign"):
+            members = await self.client.smembers(self.keys.registry())
+        return sorted(member.decode() for member in members)
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
+        campaign = await self.get_campaign(campaign_id)
+        if campaign is None:
+            return None
+        paused = int(status is CampaignStatus.PAUSED)
+        changed = await self._run("set_status", self._campaign_keys(campaign_id), [paused, orjson.dumps(record)])
+        return campaign.model_copy(update={"status": status}) if changed else None
+
+    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+        cid = campaign.id
+        keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
+        keys += [name(cid) for name in self.keys.schedule_names()]
+        args = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
+        changed = await self._run("change_policy", keys, args)
+        if changed == -1:
+            raise CampaignMoved(campaign.id)
+        self._cache.pop(campaign.id, None)
+        return await self.get_campaign(campaign.id) if changed else None
+
+    # state ----------------------------------------------------------------------------------------
+
+    async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
+        """With ``max_age`` > 0, one read at a time per campaign: while a refresh is in flight, requests
+        keep the previous histogram instead of all reading (and parsing) the same hash at once."""
+        if max_age <= 0:
+            return await self._read(campaign)
+        cached = self._cache.get(campaign.id)
+        if cached is not None and cached.version != campaign.version:
+            cached = None  # read under another policy version, whose state a policy change has reset
+        if cached is not None and time.monotonic() - cached.read_at <= max_age:
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+        key = (campaign.id, campaign.version)
+        refresh = self._refreshing.get(key)
+        if refresh is None:
+            refresh = asyncio.ensure_future(self._read(campaign))
+            self._refreshing[key] = refresh
+            refresh.add_done_callback(lambda done: self._refreshed(key, done))
+        if cached is not None and not refresh.done():
+            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+        return await asyncio.shield(refresh)
+
+    def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
+        self._refreshing.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a failed refresh is retried by the next request, not logged as lost
+
+    async def _read(self, campaign: Campaign) -> StateSnapshot:
+        async with self._reachable("snapshot"), self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.counters(campaign.id))
+            pipe.hgetall(self.keys.cells(campaign.id))
+            pipe.hgetall(self.keys.delays(campaign.id))
+            counters_raw, cells_raw, delays_raw = await pipe.execute()
+        components = len(campaign.exact_components)
+        counters = parse_counters(counters_raw, len(campaign.arms))
+        histogram = parse_histogram(cells_raw, components)
+        delays = parse_delays(delays_raw, len(campaign.arms))
+        self._cache[campaign.id] = _Cached(counters, histogram, delays, time.monotonic(), campaign.version)
+        return StateSnapshot(counters, histogram, delays)
+
+    async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
+        if request_id is not None:
+            keys.append(self.keys.request(campaign.id, request_id))
+        args = [
+            pull.arm,
+            pull.bucket,
+            pull.offset,
+            pull.decision_id,
+            repr(pull.propensity),
+            ttl,
+            orjson.dumps(pull.record),
+            campaign.version,
+        ]
+        status, earlier, raw = await self._run("record_decision", keys, [*args, *map(repr, pull.moments)])
+        if status == 4:
+            return DecisionResult(DecisionStatus.MOVED)
+        if status == 3:
+            return DecisionResult(DecisionStatus.UNKNOWN)
+        if status == 2:
+            return DecisionResult(DecisionStatus.PAUSED)
+        counters = parse_counters(dict(zip(raw[::2], raw[1::2], strict=True)), len(campaign.arms))
+        cached = self._cache.get(campaign.id)
+        if cached is not None and cached.version == campaign.version:
+            cached.counters = counters
+        if status == 1:
+            return _earlier(earlier, counters)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters)
+
+    async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        keys = [self.keys.audit(campaign.id)]
+        if request_id is not None:
+            keys.append(self.keys.request(campaign.id, request_id))
+        args = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record)]
+        repeated, earlier = await self._run("record_fallback", keys, args)
+        if repeated:
+            return _earlier(earlier)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
+
+    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for start in range(0, len(events), CONVERSIONS_PER_SCRIPT):
+            try:
+                outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
+            except CampaignRefused as refused:
+                raise CampaignRefused(str(refused), outcomes) from None
+        return outcomes
+
+    async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+        cid, now = campaign.id, self._clock()
+        keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
+        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid), self.keys.delays(cid)]
+        params = [
+            [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
+             repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
+            for event in events
+        ]  # fmt: skip
+        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        args = [now // MICROS, orjson.dumps(params), records, campaign.version]
+        raw = await self._run("apply_conversions", keys, args)
+        if raw in ([b"unknown"], [b"paused"], [b"moved"]):
+            raise CampaignRefused(raw[0].decode())
+        return [Outcome(outcome.decode()) for outcome in raw]
+
+    async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
+        components = len(campaign.exact_components)
+        pairs = [value for pair in zip(arms.tolist(), buckets.tolist(), strict=True) for value in pair]
+        keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id)]
+        await self._run("fold_matured", keys, [components, *pairs])
+        self._cache.pop(campaign.id, None)
+
+    # schedules (planning policies) ---------------------------------------------------------------------
+
+    def _schedule_keys(self, cid: str) -> list[str]:
+        keys = self.keys
+        return [keys.counters(cid), keys.sched(cid), keys.segments(cid), keys.starts(cid), keys.closed(cid)]
+
+    async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        keys = [*self._schedule_keys(campaign.id), self.keys.audit(campaign.id)]
+        if request_id is not None:
+            keys.append(self.keys.request(campaign.id, request_id))
+        args = [
+            pull.record["at"], pull.arm, repr(pull.propensity), pull.decision_id, ttl, orjson.dumps(pull.record),
+            campaign.slot_us or 0, campaign.created_at, campaign.lateness_us, campaign.version,
+        ]  # fmt: skip
+        status, arm, propensity, version = await self._run("claim_slot", keys, args)
+        if status == 1:
+            earlier = _earlier(arm)
+            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+        if status in (2, 3, 4, 6):
+            refusals = {2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED}
+            return Claim(refusals[status], version=int(version))
+        if status == 5:
+            return Claim(ClaimStatus.OTHER_ARM, int(arm), float(propensity), version=int(version))
+        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, int(version))
+
+    async def schedule_view(self, campaign: Campaign) -> ScheduleView:
+        cid = campaign.id
+        async with self._reachable("schedule"), self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.sched(cid))
+            pipe.hgetall(self.keys.segments(cid))
+            pipe.lrange(self.keys.closed(cid), 0, -1)
+            sched, segments, closed = await pipe.execute()
+        return parse_schedule(sched, segments, closed)
+
+    async def commit_plan(
+        self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
+    ) -> bool:
+        cid = campaign.id
+        earliest = next_slot(0, now, campaign.created_at, campaign.slot_us) if campaign.slot_us else 0
+        args = [expected, orjson.dumps(plan.to_json()), schedule_table(plan), consumed, earliest,
+                orjson.dumps(record)[:-2]]  # fmt: skip
+        keys = [self.keys.sched(cid), self.keys.closed(cid), self.keys.audit(cid)]
+        return bool(await self._run("commit_plan", keys, args))
+
+    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+        cid = campaign.id
+        keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        params = [
+            [event.kind, event.start, event.end, event.value, event.event_id or "", event.decision_id or "",
+             now // MICROS + event.dedup_ttl]
+            for event in events
+        ]  # fmt: skip
+        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        args = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
+        raw = await self._run("apply_anonymous", keys, args)
+        if raw in ([b"unknown"], [b"paused"], [b"moved"]):
+            raise CampaignRefused(raw[0].decode())
+        return [outcome.decode() for outcome in raw]
+
+    # audit queue ----------------------------------------------------------------------------------
+
+    async def audit_campaigns(self) -> list[str]:
+        return await self.list_campaigns()
+
+    async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
+        async with self._reachable("audit"):
+            entries = await self.client.xrange(self.keys.audit(campaign), count=limit)
+        return [QueueEntry(campaign, entry_id.decode(), _records(fields)) for entry_id, fields in entries]
+
+    async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
+        if entry_ids:
+            async with self._reachable("audit"):
+                await self.client.xdel(self.keys.audit(campaign), *entry_ids)
+
+    async def claim_audit(self, campaign: str, seconds: float) -> bool:
+        """Take the lease, or keep it if this process holds it; never released (it expires), since a
+        drain that outlives it is merely repeated."""
+        key, ttl = self.keys.audit_lease(campaign), round(seconds * 1000)
+        async with self._reachable("audit"):
+            if await self.client.set(key, self._owner, nx=True, px=ttl):
+                return True
+            if await self.client.get(key) == self._owner.encode():
+                await self.client.pexpire(key, ttl)
+                return True
+        return False
+
+    async def audit_backlog(self) -> int:
+        campaigns = await self.list_campaigns()
+        async with self._reachable("audit"), self.client.pipeline(transaction=False) as pipe:
+            for campaign in campaigns:
+                pipe.xlen(self.keys.audit(campaign))
+            return sum(await pipe.execute())
+
+    # rebuild --------------------------------------------------------------------------------------
+
+    def _write_schedule(self, pipe: Pipeline, cid: str, book: ScheduleBook) -> None:
+        """The Redis form of an embedded schedule (the fields the schedule scripts read)."""
+        assert book.plan is not None
+        fields: dict[str, str | bytes] = {
+            "plan": orjson.dumps(book.plan.to_json()), "table": schedule_table(book.plan),
+            **_integers({"v": book.version, "start": book.start, "slot": book.slot, "cur": book.current,
+                         "first": book.first_record, "last": book.last_record, "crid": book.closed_through,
+                         "cuntil": book.closed_until, "wm": book.watermark}),
+        }  # fmt: skip
+        for arm, (slots, reward) in book.credited.items():
+            fields |= {f"cs:{arm}": str(slots), f"cr:{arm}": repr(float(reward))}
+        pipe.hset(self.keys.sched(cid), mapping=fields)
+        for record in book.records.values():
+            item = record.id
+            values = {f"{item}:j": orjson.dumps(record.segment.to_json()), f"{item}:a": str(record.segment.arm),
+                      f"{item}:c": str(int(record.segment.counted)), f"{item}:f": str(record.first),
+                      f"{item}:s": str(record.start), f"{item}:r": repr(float(record.reward))}  # fmt: skip
+            if record.end is not None and record.next_first is not None:
+                values |= {f"{item}:x": str(record.end), f"{item}:y": str(record.next_first)}
+            pipe.hset(self.keys.segments(cid), mapping=values)
+            pipe.zadd(self.keys.starts(cid), {str(item): record.start})
+        for observed in book.closed:
+            entry = {"segment": observed.segment.to_json(), "slots": observed.slots, "reward": observed.reward}
+            pipe.rpush(self.keys.closed(cid), orjson.dumps(entry))
+
+    async def replace_state(
+        self,
+        campaign: Campaign,
+        counters: Counters,
+        histogram: Histogram,
+        expiring: dict[str, tuple[str, int]],
+        delays: np.ndarray | None = None,
+        schedule: ScheduleBook | None = None,
+    ) -> None:
+        """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
+        the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
+        remaining seconds; ``delays`` is the (K, buckets) delay histogram (none: empty); ``schedule``, a
+        planning campaign's schedule as the embedded store keeps it."""
+        cid, now = campaign.id, self._clock() // MICROS
+        async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(*self.keys.state(cid))
+            pipe.set(self.keys.config(cid), campaign.model_dump_json())
+            _write_counters(pipe, self.keys.counters(cid), campaign, counters)
+            _write_histogram(pipe, self.keys.cells(cid), histogram)
+            if delays is not None and delays.any():
+                arms, buckets = np.nonzero(delays)
+                counts = {f"{a}:{b}": int(delays[a, b]) for a, b in zip(arms.tolist(), buckets.tolist(), strict=True)}
+                pipe.hset(self.keys.delays(cid), mapping=counts)
+            if schedule is not None and schedule.plan is not None:
+                self._write_schedule(pipe, cid, schedule)
+            for suffix, (value, seconds) in expiring.items():
+                if suffix.startswith("req:"):
+                    pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
+                else:
+                    pipe.hset(self.keys.dedup(cid), suffix, value)
+                    pipe.zadd(self.keys.dedup_expiry(cid), {suffix: now + seconds})
+            await pipe.execute()
+            await self.client.sadd(self.keys.registry(), cid)  # another slot: outside the transaction
+        self._cache.pop(cid, None)
+
+
+def _integers(values: dict[str, int]) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items()}
+
+
+def schedule_table(plan: Plan) -> bytes:
+    """What claim_slot.lua reads of a plan: per segment [slots, arm, propensity (Python repr, compared as
+    text with the caller's), counted, segment JSON], the hold, and when the next plan may come."""
+
+    def row(segment: Segment) -> list[object]:
+        return [segment.slots, segment.arm, repr(segment.propensity), int(segment.counted),
+                orjson.dumps(segment.to_json()).decode()]  # fmt: skip
+
+    return orjson.dumps({"segments": [row(s) for s in plan.segments], "hold": row(plan.hold), "next": plan.next.value})
+
+
+def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], closed: list[bytes]) -> ScheduleView:
+    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives)."""
+    number = {key.decode(): value for key, value in sched.items()}
+    plan = Plan.from_json(orjson.loads(number["plan"])) if "plan" in number else None
+    slot = int(number.get("slot", 0))
+    fields: dict[int, dict[str, bytes]] = {}
+    for name, value in segments.items():
+        record_id, _, field = name.decode().partition(":")
+        fields.setdefault(int(record_id), {})[field] = value
+    records = [
+        PlayedSegment(
+            record_id, Segment.from_json(orjson.loads(item["j"])), int(item["f"]), int(item["s"]),
+            int(item["x"]) if "x" in item else None, int(item["y"]) if "y" in item else None, float(item["r"]),
+        )
+        for record_id, item in sorted(fields.items())
+    ]  # fmt: skip
+    credited: dict[int, tuple[int, float]] = {}
+    for key, value in number.items():
+        if key.startswith("cs:"):
+            arm = int(key[3:])
+            credited[arm] = (int(value), float(number.get(f"cr:{arm}", b"0")))
+    observed = [Observed(Segment.from_json(item["segment"]), item["slots"], float(item["reward"]))
+                for item in map(orjson.loads, closed)]  # fmt: skip
+    return ScheduleView(
+        int(number.get("v", 0)), plan, observed, [record.observed(slot) for record in records], slot,
+        int(number.get("wm", 0)), int(number.get("cuntil", 0)), records[-1] if records else None, credited,
+    )  # fmt: skip
+
+
+def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
+    """The decision a request_id already got, stored as ``decision id|arm|propensity``."""
+    decision_id, arm, propensity = stored.decode().split("|")
+    return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters)
+
+
+def _records(fields: dict[bytes, bytes]) -> list[Record]:
+    """Decode a stream entry: ``seq``/``r`` for a single record, or ``position:outcome`` fields."""
+    records: list[Record] = []
+    seq = None
+    for name, value in fields.items():
+        if name == b"seq":
+            seq = int(value)
+        elif name == b"r":
+            records.append(orjson.loads(value))
+        else:
+            records.append({**orjson.loads(value), "outcome": name.partition(b":")[2].decode()})
+    if seq is not None:
+        records[0]["seq"] = seq
+    return records
+
+
+def _write_counters(pipe: Pipeline, key: str, campaign: Campaign, counters: Counters) -> None:
+    paused = int(campaign.status is CampaignStatus.PAUSED)
+    mapping: dict[str, int | str] = {"d": counters.decisions, "paused": paused, "v": campaign.version}
+    for arm in range(len(campaign.arms)):
+        mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
+        mapping[f"m:{arm}"] = int(counters.matured[arm])
+    pipe.hset(key, mapping=mapping)
+
+
+def _write_histogram(pipe: Pipeline, key: str, histogram: Histogram) -> None:
+    mapping: dict[str, float | int] = {}
+    for row in range(len(histogram.count)):
+        cell = f"{histogram.arm[row]}:{histogram.bucket[row]}:"
+        mapping |= {cell + "c": int(histogram.count[row]), cell + "o": int(histogram.offset[row])}
+        mapping[cell + "v"] = int(histogram.converted[row])
+        for j, moment in enumerate(histogram.moments[row], start=1):
+            mapping[f"{cell}e{j}"] = repr(float(moment))
+    if mapping:
+        pipe.hset(key, mapping=mapping)
