@@ -7,6 +7,7 @@ live service and a replay of its log apply exactly the same rules.
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from latebandit.feedback import (
     parse_conversion,
     prepare,
 )
+from latebandit.group_commit import GroupCommit
 from latebandit.planner import Planner
 from latebandit.policies.base import EPS_N, ArmStats
 from latebandit.policies.floor import with_floor
@@ -59,6 +61,7 @@ class CampaignExists(ValueError):
 
 
 MAX_MOVES = 3
+GROUP_LIMIT = 64  # decisions recorded by one script call at most (the store's per-call cost is amortised long before)
 Item = Conversion | dict[str, Any]  # a verified conversion, or an aggregate or watermark as sent
 """Reloads of a campaign whose policy version changed under a request before it answers 503 (retry)."""
 
@@ -131,7 +134,11 @@ class DecisionEngine:
         self._campaigns: dict[str, Campaign] = {}
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
+        # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
+        self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
+        self._publishing = threading.Lock()
         self.scheduler = Scheduler(store, rng, self._pull)
+        self._decisions = GroupCommit(self._decide_together, GROUP_LIMIT)
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -231,12 +238,7 @@ class DecisionEngine:
             claim = await self.scheduler.claim(campaign, now, request_id, ttl)
             result = DecisionResult(DecisionStatus(claim.status.value), claim.decision_id, claim.arm, claim.propensity)
         else:
-            state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-            stats = await self._stats(campaign, state, now)
-            policy = self.planner.policy_for(campaign, stats)
-            choice = with_floor(policy.choose(stats, self.rng), campaign.exploration_floor, self.rng)
-            pull = self._pull(campaign, int(choice.arm[0]), float(choice.propensity[0]), now, request_id)
-            result = await self.store.record_decision(campaign, pull, request_id, ttl)
+            result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
         if result.status is DecisionStatus.MOVED:
             raise CampaignMoved(campaign.id)
         if result.status is DecisionStatus.UNKNOWN:
@@ -250,6 +252,27 @@ class DecisionEngine:
         except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
             metrics.STORE_ERRORS.labels("choose_audit").inc()
         return self._answer(campaign, result, outcome)
+
+    async def _decide_together(
+        self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]
+    ) -> list[DecisionResult]:
+        """The decisions of one group commit: one policy call for the whole batch (each row its own draw),
+        one store call to record them. Taken at the batch's time, from the same statistics."""
+        campaign = requests[0][0]
+        request_ids = [request_id for _, request_id in requests]
+        now = self.clock()
+        state = await self.store.snapshot(campaign, self.options.snapshot_interval)
+        stats = await self._stats(campaign, state, now)
+        policy = self.planner.policy_for(campaign, stats)
+        choice = with_floor(policy.choose(stats.successive(len(requests)), self.rng), campaign.exploration_floor,
+                            self.rng)  # fmt: skip
+        pulls = [
+            self._pull(campaign, arm, propensity, now, request_id)
+            for arm, propensity, request_id in zip(
+                choice.arm.tolist(), choice.propensity.tolist(), request_ids, strict=True
+            )
+        ]
+        return await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
 
     def _pull(
         self, campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None, fallback: bool = False
@@ -289,15 +312,24 @@ class DecisionEngine:
             return arm_stats(state, cached[1])
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
-        rows = arm_rows(campaign, state, seen)
-        for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
-            row["pending_age"] = _number(age)
-        metrics.publish_arms(campaign.id, rows)
-        metrics.publish_delays(campaign.id, delay_rows(campaign, state, seen))
+        self._unpublished[campaign.id] = (campaign, state, seen)
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
         return arm_stats(state, seen)
+
+    def publish_diagnostics(self) -> None:
+        """The per-arm gauges (estimates, indices, delay summaries) of the histogram reads since the last
+        call. Run at scrape time and by a background task, in a thread: at 50 arms the delay summaries take
+        tens of milliseconds, which no decision should wait for."""
+        with self._publishing:
+            while self._unpublished:
+                campaign_id, (campaign, state, seen) = self._unpublished.popitem()  # atomic: the loop adds meanwhile
+                rows = arm_rows(campaign, state, seen)
+                for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
+                    row["pending_age"] = _number(age)
+                metrics.publish_arms(campaign_id, rows)
+                metrics.publish_delays(campaign_id, delay_rows(campaign, state, seen))
 
     # feedback -------------------------------------------------------------------------------------
 

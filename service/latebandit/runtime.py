@@ -32,6 +32,7 @@ from latebandit.tokens import TokenSigner
 
 log = logging.getLogger("latebandit")
 
+DIAGNOSTICS_EVERY = 5.0  # seconds between publications of the per-arm gauges (engine.publish_diagnostics)
 BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
 
 
@@ -105,6 +106,7 @@ class Runtime:
             await self._restore_embedded_state()
         self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
         self.tasks.append(asyncio.create_task(self._watch_backlog()))
+        self.tasks.append(asyncio.create_task(self._publish_diagnostics()))
 
     def _prepare_schema(self) -> None:
         if self.settings.sqlalchemy_url.startswith("sqlite"):
@@ -143,6 +145,14 @@ class Runtime:
                 metrics.AUDIT_UP.set(0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
+
+    async def _publish_diagnostics(self) -> None:
+        """Every DIAGNOSTICS_EVERY seconds, the per-arm gauges of what this worker read since (a scrape also
+        publishes them first): with several workers, each keeps its own campaigns' gauges current."""
+        while not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=DIAGNOSTICS_EVERY)
+            await asyncio.to_thread(self.engine.publish_diagnostics)
 
     async def close(self) -> None:
         self.stop.set()

@@ -53,6 +53,13 @@ class ArmStats:
         if self.band is not None and np.shape(self.band) != (shape[0], 2):
             raise ValueError("band must be (runs, 2)")
 
+    def successive(self, decisions: int) -> ArmStats:
+        """The one-run statistics (R = 1) as ``decisions`` rows, for that many decisions taken from the same
+        statistics at once (the service's group commit): row i decides round t + i."""
+        rows = {name: None if value is None else np.repeat(value, decisions, axis=0)
+                for name, value in self.__dict__.items() if name != "t"}  # fmt: skip
+        return ArmStats(**rows, t=self.t[0] + np.arange(decisions))
+
 
 @dataclass(frozen=True)
 class Envelope:

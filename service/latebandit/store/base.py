@@ -11,6 +11,7 @@ keeps the state bounded by the window, not by traffic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -176,6 +177,12 @@ class StateStore(AuditQueue, Protocol):
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         """Atomically: return the earlier decision of ``request_id``, or refuse a paused campaign, or count
         the pull and queue its audit record."""
+        ...
+
+    async def record_decisions(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[DecisionResult]:
+        """``record_decision`` of each pull in order, in one atomic step (the engine's group commit)."""
         ...
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:

@@ -9,7 +9,7 @@ against both stores.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,6 +139,14 @@ class MemoryStore:
         )
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        return self._record(campaign, pull, request_id, ttl)
+
+    async def record_decisions(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[DecisionResult]:
+        return [self._record(campaign, pull, rid, ttl) for pull, rid in zip(pulls, request_ids, strict=True)]
+
+    def _record(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return DecisionResult(DecisionStatus.UNKNOWN)

@@ -55,7 +55,7 @@ from latebandit.store.schedule import Claim, ClaimStatus, PlayedSegment, Schedul
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
-    *("create_campaign", "set_status", "change_policy", "record_decision", "record_fallback"),
+    *("create_campaign", "set_status", "change_policy", "record_decisions", "record_fallback"),
     *("apply_conversions", "fold_matured", "claim_slot", "commit_plan", "apply_anonymous"),
 )
 LIBRARY_MARK = "-- requires: "
@@ -283,33 +283,28 @@ class RedisStore:
         return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
+        return (await self.record_decisions(campaign, [pull], [request_id], ttl))[0]
+
+    async def record_decisions(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[DecisionResult]:
+        """One script call for the whole batch (the group commit of the engine's decisions)."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        if request_id is not None:
-            keys.append(self.keys.request(campaign.id, request_id))
-        args = [
-            pull.arm,
-            pull.bucket,
-            pull.offset,
-            pull.decision_id,
-            repr(pull.propensity),
-            ttl,
-            orjson.dumps(pull.record),
-            campaign.version,
-        ]
-        status, earlier, raw = await self._run("record_decision", keys, [*args, *map(repr, pull.moments)])
-        if status == 4:
-            return DecisionResult(DecisionStatus.MOVED)
-        if status == 3:
-            return DecisionResult(DecisionStatus.UNKNOWN)
-        if status == 2:
-            return DecisionResult(DecisionStatus.PAUSED)
-        counters = parse_counters(dict(zip(raw[::2], raw[1::2], strict=True)), len(campaign.arms))
+        args: list[object] = [campaign.version, ttl, len(campaign.exact_components)]
+        for pull, request_id in zip(pulls, request_ids, strict=True):
+            if request_id is not None:
+                keys.append(self.keys.request(campaign.id, request_id))
+            args += [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity),
+                     orjson.dumps(pull.record), int(request_id is not None), *map(repr, pull.moments)]  # fmt: skip
+        statuses, earlier, raw = await self._run("record_decisions", keys, args)
+        counters = parse_counters(dict(zip(raw[::2], raw[1::2], strict=True)), len(campaign.arms)) if raw else None
         cached = self._cache.get(campaign.id)
-        if cached is not None and cached.version == campaign.version:
+        if counters is not None and cached is not None and cached.version == campaign.version:
             cached.counters = counters
-        if status == 1:
-            return _earlier(earlier, counters)
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters)
+        return [
+            _decision_result(status, stored, pull, counters)
+            for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
+        ]
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         keys = [self.keys.audit(campaign.id)]
@@ -551,6 +546,18 @@ def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], clos
         int(number.get("v", 0)), plan, observed, [record.observed(slot) for record in records], slot,
         int(number.get("wm", 0)), int(number.get("cuntil", 0)), records[-1] if records else None, credited,
     )  # fmt: skip
+
+
+def _decision_result(status: int, earlier: bytes, pull: Pull, counters: Counters | None) -> DecisionResult:
+    """One pull's answer from record_decisions.lua (statuses in the script's header)."""
+    if status == 0:
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters)
+    if status == 1:
+        return _earlier(earlier, counters)
+    return DecisionResult(REFUSALS[status])
+
+
+REFUSALS = {2: DecisionStatus.PAUSED, 3: DecisionStatus.UNKNOWN, 4: DecisionStatus.MOVED}
 
 
 def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:

@@ -1,0 +1,68 @@
+"""Group commit: the decisions a worker takes for one campaign while its previous batch is being recorded
+wait, and go to the store together in one script call.
+
+Each request still waits for its own result (an answered decision is recorded), a batch holds at most
+``limit`` items, and nothing waits when the worker is idle: the first item of a lane is flushed at once, in
+a task of its own, so a cancelled request never strands the others of its batch. Under load the batches
+grow by themselves to what arrived during one round trip, which is what amortises the store's per-call cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Key = TypeVar("Key", bound=Hashable)
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+@dataclass
+class _Lane(Generic[Item, Result]):
+    waiting: list[tuple[Item, asyncio.Future[Result]]] = field(default_factory=list)
+
+
+class GroupCommit(Generic[Key, Item, Result]):
+    """``submit(key, item)`` resolves to ``flush(key, items)[i]`` for the batch its item went into; an
+    exception raised by ``flush`` is raised to every request of that batch."""
+
+    def __init__(self, flush: Callable[[Key, list[Item]], Awaitable[list[Result]]], limit: int) -> None:
+        self._flush = flush
+        self._limit = limit
+        self._lanes: dict[Key, _Lane[Item, Result]] = {}
+        self._draining: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
+
+    async def submit(self, key: Key, item: Item) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+            task = asyncio.ensure_future(self._drain(key, lane))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        lane.waiting.append((item, future))
+        return await future
+
+    async def _drain(self, key: Key, lane: _Lane[Item, Result]) -> None:
+        """Flush the lane until it is empty, then retire it (the next item opens a new one)."""
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        try:
+            while lane.waiting:
+                batch = lane.waiting[: self._limit]
+                del lane.waiting[: self._limit]
+                try:
+                    results = await self._flush(key, [item for item, _ in batch])
+                except Exception as error:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            del self._lanes[key]
+            for _, future in [*batch, *lane.waiting]:  # left undone only if this task was cancelled (shutdown)
+                future.cancel()

@@ -1,0 +1,62 @@
+-- Record a batch of pulls (a group commit of the decisions one worker made meanwhile), each atomically with
+-- its audit entry; a retried request_id gets its earlier decision.
+-- KEYS: counters, cells, audit, then one request key per pull that has a request_id, in pull order.
+-- ARGV: policy version, request ttl, moments per pull J, then per pull 7 + J values: arm, bucket, offset µs,
+-- decision id, propensity, audit record, has request key (0/1), moments e1..eJ.
+-- Returns {statuses, earlier decisions, counters as HGETALL}, one status and one earlier decision ('' unless
+-- repeated) per pull: 0 new, 1 repeated, 2 paused, 3 unknown, 4 moved (the campaign is at another policy
+-- version than the caller's: it must reload its configuration). A request_id's earlier decision is returned
+-- before any refusal, so a retry is answered the same whatever happened to the campaign since.
+local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
+local version, ttl, moments = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local width = 7 + moments
+
+-- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what a replay computes.
+local function add_float(key, field, value)
+  local total = (tonumber(redis.call('HGET', key, field)) or 0) + tonumber(value)
+  redis.call('HSET', key, field, string.format('%.17g', total))
+end
+
+local refusal = 0
+local paused = redis.call('HGET', counters, 'paused')
+if not paused then
+  refusal = 3
+elseif (redis.call('HGET', counters, 'v') or '1') ~= version then
+  refusal = 4
+elseif paused == '1' then
+  refusal = 2
+end
+
+local statuses, earliers = {}, {}
+local request = 3
+for i = 1, (#ARGV - 3) / width do
+  local base = 3 + (i - 1) * width
+  local arm, decision, propensity = ARGV[base + 1], ARGV[base + 4], ARGV[base + 5]
+  local key = nil
+  if ARGV[base + 7] == '1' then
+    request = request + 1
+    key = KEYS[request]
+  end
+  local earlier = key and redis.call('GET', key)
+  if earlier then
+    statuses[i], earliers[i] = 1, earlier
+  elseif refusal ~= 0 then
+    statuses[i], earliers[i] = refusal, ''
+  else
+    local seq = redis.call('HINCRBY', counters, 'd', 1)
+    redis.call('HINCRBY', counters, 'n:' .. arm, 1)
+    local cell = arm .. ':' .. ARGV[base + 2] .. ':'
+    redis.call('HINCRBY', cells, cell .. 'c', 1)
+    redis.call('HINCRBY', cells, cell .. 'o', ARGV[base + 3])
+    for j = 1, moments do
+      add_float(cells, cell .. 'e' .. j, ARGV[base + 7 + j])
+    end
+    if key then
+      redis.call('SET', key, decision .. '|' .. arm .. '|' .. propensity, 'EX', ttl)
+    end
+    redis.call('XADD', audit, '*', 'seq', seq, 'r', ARGV[base + 6])
+    statuses[i], earliers[i] = 0, ''
+  end
+end
+if refusal ~= 0 then return {statuses, earliers, {}} end
+return {statuses, earliers, redis.call('HGETALL', counters)}
