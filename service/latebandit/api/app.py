@@ -19,6 +19,7 @@ import orjson
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.telemetry import TelemetryConfig
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
@@ -26,6 +27,7 @@ from starlette.types import Scope as AsgiScope
 
 from latebandit import metrics
 from latebandit.api.auth import ApiKeyGate, ApiKeys
+from latebandit.api.hot_paths import Endpoint, HotPaths
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.engine import CampaignExists, DecisionEngine, UnknownCampaign
@@ -38,6 +40,7 @@ from latebandit.store.base import CampaignMoved, StoreUnavailable
 from latebandit.timeutil import parse_time
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 admin_log = logging.getLogger("latebandit.admin")
 
 
@@ -146,7 +149,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await runtime.close()
 
-    app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan)
+    # No OpenTelemetry: operators get Prometheus metrics, and FastAPI's check for a configured provider
+    # reads the environment on every request (4 % of a /choose under load).
+    app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan, telemetry=NO_TELEMETRY)
+    hot_paths: dict[str, Endpoint] = {}  # filled below, once the routes are defined
+    app.add_middleware(HotPaths, endpoints=hot_paths, handlers=app.exception_handlers)  # innermost
     app.add_middleware(ApiKeyGate, keys=keys)
 
     @app.exception_handler(RequestValidationError)
@@ -252,8 +259,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return json_response(decision.body())
 
     @app.post("/feedback", openapi_extra=FEEDBACK_SCHEMA)
-    async def feedback(request: Request, engine: Engine) -> Response:
+    async def feedback(request: Request) -> Response:
         started = time.perf_counter()
+        engine: DecisionEngine = request.app.state.runtime.engine
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as bad:
@@ -266,10 +274,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.FEEDBACK_LATENCY.observe(time.perf_counter() - started)
         return json_response(result.body())
 
+    hot_paths.update({"/choose": choose, "/feedback": feedback})
+
     # operations -----------------------------------------------------------------------------------
 
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(engine: Engine) -> Response:
+        await asyncio.to_thread(engine.publish_diagnostics)
         payload, content_type = metrics.exposition()
         return Response(payload, media_type=content_type)
 

@@ -1,0 +1,51 @@
+"""POST /choose and POST /feedback straight to their handlers.
+
+Measured under load (README, "Benchmarks"), FastAPI's router, dependency solver and exception middleware
+cost more per /choose than the decision itself. This ASGI layer sits inside the key gate, the body limit
+and the request log (so every guarantee of those holds) and hands the two hot routes their Request
+directly. Their exceptions go to the handlers the app registered, looked up as Starlette does, so every
+answer, error or not, is the one the routed path gives. The routes stay declared on the app, which is
+what documents them in the OpenAPI schema and answers their other methods (405).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class HotPaths:
+    def __init__(
+        self, app: ASGIApp, endpoints: Mapping[str, Endpoint], handlers: Mapping[type, ExceptionHandler]
+    ) -> None:
+        self.app = app
+        self.endpoints = endpoints
+        self.handlers = handlers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self.endpoints.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            response = await endpoint(request)
+        except Exception as error:
+            handler = self._handler(error)
+            if handler is None:
+                raise
+            response = await handler(request, error)
+        await response(scope, receive, send)
+
+    def _handler(self, error: Exception) -> ExceptionHandler | None:
+        """The registered handler of the nearest class of ``error`` (Starlette's lookup)."""
+        for kind in type(error).__mro__:
+            if kind in self.handlers:
+                return self.handlers[kind]
+        return None
