@@ -27,7 +27,7 @@ from latebandit.feedback import (
     anonymous_event,
     campaign_of,
     parse_conversion,
-    prepare,
+    prepare_batch,
 )
 from latebandit.group_commit import GroupCommit
 from latebandit.planner import Planner
@@ -338,12 +338,20 @@ class DecisionEngine:
         reached; events already applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
+        skew = round(self.options.max_skew * MICROS)
         by_campaign: dict[str, list[tuple[int, Item]]] = defaultdict(list)
+        unknown: dict[str, Rejection | None] = {}  # each campaign is looked up once per batch
         for index, raw in enumerate(events):
             try:
-                campaign_id, item = await self._validate(raw, now)
+                campaign_id, item = self._validate(raw, now, skew)
             except Rejection as rejection:
                 result.reject(index, rejection)
+                continue
+            if campaign_id not in unknown:
+                unknown[campaign_id] = await self._unknown(campaign_id)
+            refusal = unknown[campaign_id]
+            if refusal is not None:
+                result.reject(index, refusal)
                 continue
             by_campaign[campaign_id].append((index, item))
         for campaign_id, conversions in by_campaign.items():
@@ -385,18 +393,21 @@ class DecisionEngine:
     def _prepared(
         self, result: FeedbackResult, campaign: Campaign, conversions: list[tuple[int, Item]], now: int
     ) -> list[tuple[int, PreparedConversion]]:
-        items = []
+        attributed: list[tuple[int, Conversion]] = []
         for index, conversion in conversions:
-            try:
-                if not isinstance(conversion, Conversion):
-                    raise Rejection(
-                        Reason.WRONG_FEEDBACK_KIND,
-                        f"policy {campaign.policy.name!r} learns from attributed conversions, "
-                        f"not {conversion['type']} events",
-                    )
-                items.append((index, prepare(campaign, conversion, now, self.options.dedup_retention)))
-            except Rejection as rejection:
-                result.reject(index, rejection)
+            if isinstance(conversion, Conversion):
+                attributed.append((index, conversion))
+            else:
+                detail = (f"policy {campaign.policy.name!r} learns from attributed conversions, "
+                          f"not {conversion['type']} events")  # fmt: skip
+                result.reject(index, Rejection(Reason.WRONG_FEEDBACK_KIND, detail))
+        prepared = prepare_batch(campaign, [item for _, item in attributed], now, self.options.dedup_retention)
+        items = []
+        for (index, _), outcome in zip(attributed, prepared, strict=True):
+            if isinstance(outcome, Rejection):
+                result.reject(index, outcome)
+            else:
+                items.append((index, outcome))
         return items
 
     async def _apply_anonymous(
@@ -426,22 +437,22 @@ class DecisionEngine:
             result.reject(index, rejection)
         self._tally_anonymous(result, campaign, events, outcomes)
 
-    async def _validate(self, raw: Any, now: int) -> tuple[str, Item]:
+    def _validate(self, raw: Any, now: int, skew: int) -> tuple[str, Item]:
         """The event's campaign and the event: a verified conversion, or an aggregate or watermark (whose
         fields are checked against the campaign's policy, which may change before it is applied)."""
         named = campaign_of(raw)
         if named is not None:
-            await self._known(named)
             return named, raw
-        conversion: Conversion = parse_conversion(raw, self.signer, now, round(self.options.max_skew * MICROS))
-        await self._known(conversion.campaign)
+        conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
         return conversion.campaign, conversion
 
-    async def _known(self, campaign_id: str) -> Campaign:
+    async def _unknown(self, campaign_id: str) -> Rejection | None:
+        """The refusal of events for a campaign no store or history knows; None when it is known."""
         try:
-            return await self.campaign(campaign_id)
-        except UnknownCampaign as error:
-            raise Rejection(Reason.UNKNOWN_CAMPAIGN, f"no campaign {campaign_id!r}") from error
+            await self.campaign(campaign_id)
+        except UnknownCampaign:
+            return Rejection(Reason.UNKNOWN_CAMPAIGN, f"no campaign {campaign_id!r}")
+        return None
 
     @staticmethod
     def _tally(

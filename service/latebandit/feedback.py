@@ -8,9 +8,12 @@ events by campaign and the store deduplicates and counts them atomically.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+import numpy as np
 
 from latebandit.audit.records import Record
 from latebandit.campaign import Campaign
@@ -110,38 +113,56 @@ def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> 
 
 
 def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retention: float) -> PreparedConversion:
-    """Classify a conversion against its campaign: censored beyond the window (event time, window end
-    included), counted only for a counted pull of the campaign's current policy version.
+    """``prepare_batch`` of one conversion; raises its Rejection."""
+    (prepared,) = prepare_batch(campaign, [conversion], received_at, retention)
+    if isinstance(prepared, Rejection):
+        raise prepared
+    return prepared
+
+
+def prepare_batch(
+    campaign: Campaign, conversions: Sequence[Conversion], received_at: int, retention: float
+) -> list[PreparedConversion | Rejection]:
+    """Classify conversions against their campaign: censored beyond the window (event time, window end
+    included), counted only for a counted pull of the campaign's current policy version. The delay buckets
+    of the whole batch are one vectorised call (per event, NumPy's call overhead was a fifth of /feedback).
 
     A time in the future within the allowed skew is taken as the time of receipt: the conversion counts
     from now on, so the state as of any moment holds only conversions that occurred by then."""
-    if conversion.arm >= len(campaign.arms):
-        raise Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have")
-    occurred_at = min(conversion.occurred_at, received_at)
-    delay = max(0, occurred_at - conversion.decided_at)
-    # Beyond the window plus the dedup retention the service no longer remembers whether the decision
-    # converted, so a retry could not be recognised: such a late arrival is recorded, never counted.
-    forgotten = received_at > conversion.decided_at + campaign.window_us + round(retention * MICROS)
-    censored = delay > campaign.window_us or forgotten
-    remaining = (conversion.decided_at + campaign.window_us - received_at) / MICROS
-    record: Record = {
-        "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
-        "decision_id": conversion.decision_id, "arm": campaign.arms[conversion.arm],
-        "decided_at": conversion.decided_at, "occurred_at": occurred_at,
-        "received_at": received_at, "value": conversion.value,
-    }  # fmt: skip
-    return PreparedConversion(
-        decision_id=conversion.decision_id,
-        arm=conversion.arm,
-        bucket=conversion.decided_at // campaign.bucket_width_us,
-        value=conversion.value,
-        counts=conversion.pull_counted and conversion.version == campaign.version,
-        censored=censored,
-        event_id=conversion.event_id,
-        dedup_ttl=math.ceil(max(0.0, remaining) + retention),
-        record=record,
-        delay_bucket=int(bucket_of(delay / MICROS)),
-    )
+    occurred = [min(conversion.occurred_at, received_at) for conversion in conversions]
+    delays = [max(0, at - conversion.decided_at) for at, conversion in zip(occurred, conversions, strict=True)]
+    buckets = bucket_of(np.array(delays, dtype=np.float64) / MICROS).tolist()
+    window, retention_us, arms = campaign.window_us, round(retention * MICROS), campaign.arms
+    prepared: list[PreparedConversion | Rejection] = []
+    for conversion, occurred_at, delay, delay_bucket in zip(conversions, occurred, delays, buckets, strict=True):
+        if conversion.arm >= len(arms):
+            prepared.append(Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have"))
+            continue
+        # Beyond the window plus the dedup retention the service no longer remembers whether the decision
+        # converted, so a retry could not be recognised: such a late arrival is recorded, never counted.
+        forgotten = received_at > conversion.decided_at + window + retention_us
+        remaining = (conversion.decided_at + window - received_at) / MICROS
+        record: Record = {
+            "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
+            "decision_id": conversion.decision_id, "arm": arms[conversion.arm],
+            "decided_at": conversion.decided_at, "occurred_at": occurred_at,
+            "received_at": received_at, "value": conversion.value,
+        }  # fmt: skip
+        prepared.append(
+            PreparedConversion(
+                decision_id=conversion.decision_id,
+                arm=conversion.arm,
+                bucket=conversion.decided_at // campaign.bucket_width_us,
+                value=conversion.value,
+                counts=conversion.pull_counted and conversion.version == campaign.version,
+                censored=delay > window or forgotten,
+                event_id=conversion.event_id,
+                dedup_ttl=math.ceil(max(0.0, remaining) + retention),
+                record=record,
+                delay_bucket=delay_bucket,
+            )
+        )
+    return prepared
 
 
 def anonymous_event(
