@@ -264,7 +264,7 @@ class DecisionEngine:
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
         stats = await self._stats(campaign, state, now)
         policy = self.planner.policy_for(campaign, stats)
-        choice = with_floor(policy.choose(stats.successive(len(requests)), self.rng), campaign.exploration_floor,
+        choice = with_floor(policy.choose_together(stats, len(requests), self.rng), campaign.exploration_floor,
                             self.rng)  # fmt: skip
         pulls = [
             self._pull(campaign, arm, propensity, now, request_id)

@@ -404,3 +404,44 @@ def test_coverage(name: str, theta: float) -> None:
         slack = 4 * math.sqrt(bound / reps)
         assert violation_rate(name, theta, weights, t, reps, rng) <= bound + slack
         assert violation_rate("klucb", theta, weights, t, reps, rng) > bound + slack
+
+
+# --- decisions taken together (the service's group commit) ---------------------------------------------
+
+
+@pytest.mark.parametrize("policy", all_policies(4), ids=lambda policy: policy.name)
+def test_decisions_together_are_successive_rounds(policy: Policy) -> None:
+    """Row i of a group decides round t + i from the same statistics; a policy without shared work
+    decides exactly as ``choose`` on those rows, draw for draw."""
+    single = row(random_stats(np.random.default_rng(12), 1, 4), 0)
+    rows = single.successive(5)
+    assert rows.t.tolist() == [single.t[0] + i for i in range(5)]
+    np.testing.assert_array_equal(rows.pulls, np.repeat(single.pulls, 5, axis=0))
+    together = policy.choose_together(single, 5, np.random.default_rng(13))
+    assert together.arm.shape == together.propensity.shape == (5,)
+    if policy.name not in ("thompson", "delayed-thompson"):
+        alone = policy.choose(rows, np.random.default_rng(13))
+        np.testing.assert_array_equal(together.arm, alone.arm)
+        np.testing.assert_array_equal(together.propensity, alone.propensity)
+
+
+def test_thompson_together_shares_the_propensity_draws_and_keeps_their_distribution() -> None:
+    """Each decision's propensity is (hits + its own draw) / (M + 1) with the batch's M draws: over many
+    groups, its mean is the exact win probability plus the (1 − p)/(M + 1) of the estimator."""
+    win = exact_win_probability((6, 6), (4, 8))
+    policy = make_policy("thompson", {"propensity_samples": 400}, 2)
+    rng = np.random.default_rng(14)
+    propensities, arms = [], []
+    for _ in range(600):
+        choice = policy.choose_together(one_run([10, 10], [3, 5], [10, 10], 21), 8, rng)
+        assert choice.probabilities is not None
+        np.testing.assert_allclose(choice.probabilities.sum(axis=1), 1.0)
+        hits = choice.probabilities * 401 - np.eye(2)[choice.arm]  # the shared part, the same for every row
+        np.testing.assert_allclose(hits, np.repeat(hits[:1], 8, axis=0), atol=1e-9)
+        propensities += choice.propensity.tolist()
+        arms += choice.arm.tolist()
+    chosen = np.array(arms)
+    expected = np.where(chosen == 1, win, 1 - win)
+    assert (chosen == 1).mean() == pytest.approx(win, abs=4 * math.sqrt(win * (1 - win) / chosen.size))
+    error = np.array(propensities) - expected - (1 - expected) / 401
+    assert abs(error.mean()) < 5 * math.sqrt(0.25 / 400 / 600)  # 600 independent groups

@@ -199,6 +199,11 @@ class Policy(ABC):
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         """The arm for each run's next round and the probability it had of being chosen."""
 
+    def choose_together(self, stats: ArmStats, decisions: int, rng: np.random.Generator) -> Choice:
+        """``decisions`` successive decisions from the same one-run statistics (the service's group commit);
+        a policy whose rows would repeat work (Thompson's propensity) shares it."""
+        return self.choose(stats.successive(decisions), rng)
+
 
 class ArgmaxPolicy(Policy):
     """Policies that rank arms by an index: +inf first (forced exploration), else the argmax."""
