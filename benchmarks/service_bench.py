@@ -1,12 +1,19 @@
-"""Benchmark: latebandit /choose and /feedback against a bare FastAPI endpoint, in one run, one machine.
+"""Benchmark: latebandit's request path against a bare FastAPI endpoint, in one run, on one machine.
 
-    .venv/bin/python -m benchmarks.service_bench [--duration 10] [--concurrency 32]
+    .venv/bin/python -m benchmarks.service_bench [--duration 8] [--rounds 2] [--batch 1000] [--no-workers]
 
-Both servers run as one uvicorn worker each on real Redis (latebandit also drains its audit into a fresh
-PostgreSQL database); this process is the load generator. The latebandit campaign is `delayed-klucb`
-with 10 arms and a full window of history (every histogram bucket of every arm populated); a second one is
-`odaaf` with 10 arms (a shared schedule: each /choose claims a slot in Redis). The bare and latebandit
-runs alternate (two rounds each) and the figures are reported as ratios to the bare endpoint.
+Each server is one uvicorn worker on real Redis; latebandit also drains its audit log into a fresh
+PostgreSQL database. The bare endpoint (benchmarks/bare_app.py) validates the same body and makes one Redis
+round trip (EVALSHA of a one-line HINCRBY). Load comes from wrk (Debian package ``wrk``) when it is
+installed, else from the load test's Python client (slower: it then limits what is measured). Bare and
+latebandit alternate, ``--rounds`` rounds of ``--duration`` seconds each, and every figure is a median
+reported as a ratio to the bare endpoint measured in the same run, since the machine is shared and noisy.
+
+/choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated,
+patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning policy: each /choose
+claims a slot of a shared schedule); at 32 connections, and delayed-klucb also at 1 and 4.
+/feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand.
+Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
 """
 
 from __future__ import annotations
@@ -16,12 +23,16 @@ import asyncio
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import orjson
 import psycopg
@@ -29,67 +40,86 @@ from rich.console import Console
 from rich.table import Table
 
 from latebandit.campaign import Campaign
-from latebandit.loadtest.client import LoadResult, Repeat, post, run_load
+from latebandit.loadtest.client import Repeat, post, run_load
 from latebandit.store.base import Counters, Histogram
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time, wall_clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
-from tests.e2e.server import Server, free_port, stop, wait_ready
+from tests.e2e.server import LATEBANDIT, Server, free_port, stop, wait_ready
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-SECRET = "bench-secret"
+SECRET = "bench-secret-of-at-least-thirty-two-bytes"
 ARMS = [f"arm{k}" for k in range(10)]
-CAMPAIGN = {
-    "id": "bench", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
-    "delay": {"family": "exponential", "mean": 3600}, "window": 86_400, "buckets": 64,
+EXPONENTIAL = {"family": "exponential", "mean": 3600}
+CAMPAIGNS = {
+    "delayed-klucb": {"id": "bench", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
+                      "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
+    "patient-bandits": {"id": "bench-patient", "arms": ARMS[:3], "policy": {"name": "patient-bandits", "params": {}},
+                        "delay": EXPONENTIAL, "window": 86_400},
+    "delayed-thompson": {"id": "bench-thompson", "arms": ARMS[:3],
+                         "policy": {"name": "delayed-thompson", "params": {}}, "delay": EXPONENTIAL, "window": 86_400},
+    "odaaf-b": {"id": "bench-odaafb", "arms": ARMS,
+                "policy": {"name": "odaaf-b", "params": {"mean_delay": 100, "max_delay": 1000, "horizon": 10**8}}},
 }  # fmt: skip
-ODAAF = {
-    "id": "bench-odaaf",
-    "arms": ARMS,
-    "policy": {"name": "odaaf", "params": {"mean_delay": 100, "horizon": 10**8}},
-}
 RESULTS = Path(__file__).parent / "results"
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = os.getenv("BENCH_BODY")
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('{"requests": %d, "seconds": %.6f, "p50": %.6f, "p99": %.6f, "errors": %d}\\n',
+    summary.requests, summary.duration / 1e6, latency:percentile(50) / 1e6, latency:percentile(99) / 1e6,
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+
+
+@dataclass
+class Figures:
+    throughput: float  # requests per second
+    p50_ms: float
+    p99_ms: float
+    errors: int
 
 
 def start(command: list[str], env: dict[str, str], port: int, log: Path) -> Server:
     with open(log, "wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", process, env, log)
-    wait_ready(server) if "latebandit.cli" in command else _wait_port(server, port)
+    wait_ready(server) if command[: len(LATEBANDIT)] == LATEBANDIT else _wait_port(server, port)
     return server
 
 
 def _wait_port(server: Server, port: int) -> None:
-    import socket
-
     for _ in range(300):
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
+        try:
+            httpx.get(f"{server.url}/", timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
     raise RuntimeError(server.log.read_text())
 
 
-async def fill_history(prefix: str) -> None:
+async def fill_history(prefix: str, campaign_id: str) -> None:
     """A full window of history: every bucket of every arm holds pulls, some converted."""
     store = RedisStore(REDIS_URL, prefix)
-    campaign = await store.get_campaign("bench")
+    campaign = await store.get_campaign(campaign_id)
     assert campaign is not None
     now, width = wall_clock(), campaign.bucket_width_us
     last = now // width
     buckets = np.arange(last - campaign.buckets, last + 1)
+    arms = len(campaign.arms)
     rng = np.random.default_rng(0)
-    rows = len(ARMS) * len(buckets)
-    count = rng.integers(200, 400, size=rows)
-    arm = np.repeat(np.arange(len(ARMS)), len(buckets))
-    rate = 1 / 3600
-    moments = (count * np.exp(-rate * width / MICROS / 2))[:, None]
-    histogram = Histogram(arm, np.tile(buckets, len(ARMS)), count, count * (width // 2),
+    count = rng.integers(200, 400, size=arms * len(buckets))
+    arm = np.repeat(np.arange(arms), len(buckets))
+    moments = (count * np.exp(-width / MICROS / 2 / 3600))[:, None]
+    histogram = Histogram(arm, np.tile(buckets, arms), count, count * (width // 2),
                           (count * 0.05).astype(np.int64), moments)  # fmt: skip
-    pulls = np.bincount(arm, count, minlength=len(ARMS)).astype(np.int64) + 10_000
-    counters = Counters(int(pulls.sum()), pulls, np.round(pulls * np.linspace(0.02, 0.06, len(ARMS))),
-                        np.full(len(ARMS), 10_000, dtype=np.int64))  # fmt: skip
+    pulls = np.bincount(arm, count, minlength=arms).astype(np.int64) + 10_000
+    counters = Counters(int(pulls.sum()), pulls, np.round(pulls * np.linspace(0.02, 0.06, arms)),
+                        np.full(arms, 10_000, dtype=np.int64))  # fmt: skip
     await store.replace_state(campaign, counters, histogram, {})
     await store.close()
 
@@ -101,79 +131,127 @@ def forget_keys(prefix: str) -> None:
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter(match=f"{prefix}:*", count=10_000):
         client.delete(key)
-    client.delete("bench:{bench}:counter")
+    for key in client.scan_iter(match="bench:{*}:counter", count=10_000):
+        client.delete(key)
 
 
-def feedback_requests(campaign: Campaign, batch: int) -> itertools.Iterator[bytes]:
+def feedback_bodies(campaign: Campaign, batch: int, batches: int) -> list[bytes]:
+    """``batches`` requests of ``batch`` conversions of distinct decisions, signed before the clock starts
+    (the load generator shares the machine: it must not sign while the server is measured)."""
     signer = TokenSigner(SECRET)
     now = wall_clock()
     occurred = format_time(now)
     serial = itertools.count()
-    while True:
+    bodies = []
+    for _ in range(batches):
         events = []
         for _ in range(batch):
             n = next(serial)
-            token = DecisionToken("bench", n % len(ARMS), now - (n % 3600) * MICROS, 1, new_nonce())
+            token = DecisionToken(campaign.id, n % len(campaign.arms), now - (n % 3600) * MICROS, 1, new_nonce())
             events.append({"type": "conversion", "event_id": f"ev{n}", "decision_id": signer.sign(token),
                            "occurred_at": occurred})  # fmt: skip
-        yield post("/feedback", orjson.dumps({"events": events}))
+        bodies.append(post("/feedback", orjson.dumps({"events": events})))
+    return bodies
 
 
-def measure(port: int, requests: itertools.Iterator[bytes] | bytes, duration: float, concurrency: int) -> LoadResult:
-    next_request = (lambda: requests) if isinstance(requests, bytes) else requests.__next__
-    return asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(next_request), duration, concurrency))
+def load(port: int, body: bytes, duration: int, connections: int) -> Figures:
+    """``connections`` keep-alive connections posting ``body`` to /choose for ``duration`` seconds."""
+    if shutil.which("wrk"):
+        with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+            script.write(WRK_SCRIPT)
+            script.flush()
+            command = ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{duration}s", "-s", script.name,
+                       f"http://127.0.0.1:{port}/choose"]  # fmt: skip
+            run = subprocess.run(command, env={**os.environ, "BENCH_BODY": body.decode()}, capture_output=True,
+                                 text=True, check=True)  # fmt: skip
+        result = json.loads(run.stdout.strip().splitlines()[-1])
+        return Figures(result["requests"] / result["seconds"], result["p50"] * 1e3, result["p99"] * 1e3,
+                       result["errors"])  # fmt: skip
+    request = post("/choose", body)
+    measured = asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(lambda: request), duration, connections))
+    return Figures(measured.throughput, measured.percentile(50) * 1e3, measured.percentile(99) * 1e3,
+                   measured.errors)  # fmt: skip
+
+
+def median(figures: list[Figures]) -> Figures:
+    return Figures(*(float(np.median([getattr(f, name) for f in figures])) for name in ("throughput", "p50_ms",
+                     "p99_ms")), sum(f.errors for f in figures))  # fmt: skip
+
+
+def feedback_rate(port: int, bodies: list[bytes], duration: int) -> tuple[float, Figures]:
+    """Conversions per second over 4 connections, each batch sent once."""
+    queue = iter(bodies)
+    measured = asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(queue.__next__), duration, 4))
+    events = measured.requests * len(orjson.loads(bodies[0].partition(b"\r\n\r\n")[2])["events"])
+    figures = Figures(measured.throughput, measured.percentile(50) * 1e3, measured.percentile(99) * 1e3,
+                      measured.errors)  # fmt: skip
+    return events / measured.seconds, figures
+
+
+def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int]:
+    port = free_port()
+    command = [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)]
+    return start(command, env, port, workdir / f"latebandit-{workers}.log"), port
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--no-workers", action="store_true", help="skip the two-worker case")
     args = parser.parse_args()
     workdir = RESULTS / "run"
     workdir.mkdir(parents=True, exist_ok=True)
     prefix, database = f"bench{uuid.uuid4().hex[:8]}", f"lbbench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
-    database_url = POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database
     env = {
         **os.environ,
         "LATEBANDIT_REDIS_URL": REDIS_URL,
         "LATEBANDIT_REDIS_PREFIX": prefix,
-        "LATEBANDIT_DATABASE_URL": database_url,
+        "LATEBANDIT_DATABASE_URL": POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database,
         "LATEBANDIT_SECRET": SECRET,
         "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
         "BENCH_REDIS_URL": REDIS_URL,
     }
     servers: list[Server] = []
+    console = Console(width=160)  # the table stays whole when piped to a file or a CI log
     try:
-        subprocess.run([sys.executable, "-m", "latebandit.cli", "migrate"], env=env, check=True, capture_output=True)
-        lb_port, bare_port = free_port(), free_port()
-        latebandit = start([sys.executable, "-m", "latebandit.cli", "serve", "--port", str(lb_port)], env, lb_port,
-                           workdir / "latebandit.log")  # fmt: skip
+        subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
+        latebandit, lb_port = serve(env, 1, workdir)
         servers.append(latebandit)
+        bare_port = free_port()
         uvicorn = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory"]
         flags = ["--port", str(bare_port), "--no-access-log", "--log-level", "warning"]
-        bare = start([*uvicorn, *flags], env, bare_port, workdir / "bare.log")
-        servers.append(bare)
-        import httpx
-
-        assert httpx.post(f"{latebandit.url}/campaigns", json=CAMPAIGN).status_code == 201
-        assert httpx.post(f"{latebandit.url}/campaigns", json=ODAAF).status_code == 201
-        asyncio.run(fill_history(prefix))
-        choose = post("/choose", b'{"campaign":"bench"}')
-        choose_odaaf = post("/choose", b'{"campaign":"bench-odaaf"}')
-        measure(bare_port, choose, 2, args.concurrency)  # warm-up
-        measure(lb_port, choose, 2, args.concurrency)
-        measure(lb_port, choose_odaaf, 2, args.concurrency)
-        rounds: dict[str, list[LoadResult]] = {"bare": [], "latebandit": [], "odaaf": []}
-        for _ in range(2):
-            rounds["bare"].append(measure(bare_port, choose, args.duration, args.concurrency))
-            rounds["latebandit"].append(measure(lb_port, choose, args.duration, args.concurrency))
-            rounds["odaaf"].append(measure(lb_port, choose_odaaf, args.duration, args.concurrency))
-        campaign = Campaign(**CAMPAIGN)
-        fb = measure(lb_port, feedback_requests(campaign, args.batch), args.duration, 4)
-        report(rounds, fb, args)
+        servers.append(start([*uvicorn, *flags], env, bare_port, workdir / "bare.log"))
+        for spec in CAMPAIGNS.values():
+            created = httpx.post(f"{latebandit.url}/campaigns", json=spec)
+            assert created.status_code == 201, created.text
+        asyncio.run(fill_history(prefix, "bench"))
+        bodies = {name: orjson.dumps({"campaign": spec["id"]}) for name, spec in CAMPAIGNS.items()}
+        cases = [("bare", 32), *((name, 32) for name in CAMPAIGNS), ("bare", 4), ("delayed-klucb", 4), ("bare", 1),
+                 ("delayed-klucb", 1)]  # fmt: skip
+        for name, connections in cases:  # warm-up
+            load(bare_port if name == "bare" else lb_port, bodies.get(name, bodies["delayed-klucb"]), 2, connections)
+        rounds: dict[tuple[str, int], list[Figures]] = {case: [] for case in cases}
+        for _ in range(args.rounds):
+            for name, connections in cases:
+                port, body = (bare_port, bodies["delayed-klucb"]) if name == "bare" else (lb_port, bodies[name])
+                rounds[(name, connections)].append(load(port, body, args.duration, connections))
+        choose = {case: median(figures) for case, figures in rounds.items()}
+        console.print("signing the /feedback batches ...")
+        needed = int(args.duration * 80_000 / args.batch) + 8  # more than a worker can take in the duration
+        signed = feedback_bodies(Campaign(**CAMPAIGNS["delayed-klucb"]), args.batch, needed)
+        conversions, feedback = feedback_rate(lb_port, signed, args.duration)
+        workers = None
+        if not args.no_workers:
+            stop(servers.pop(0))
+            two, two_port = serve(env, 2, workdir)
+            servers.append(two)
+            load(two_port, bodies["delayed-klucb"], 2, 64)
+            workers = median([load(two_port, bodies["delayed-klucb"], args.duration, 64) for _ in range(args.rounds)])
+        report(console, choose, conversions, feedback, workers, args)
     finally:
         for server in servers:
             stop(server)
@@ -182,43 +260,38 @@ def main() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-def report(rounds: dict[str, list[LoadResult]], fb: LoadResult, args: argparse.Namespace) -> None:
-    def summary(results: list[LoadResult]) -> dict[str, float]:
-        return {
-            "throughput": float(np.median([r.throughput for r in results])),
-            "p50_ms": float(np.median([r.percentile(50) for r in results])) * 1e3,
-            "p99_ms": float(np.median([r.percentile(99) for r in results])) * 1e3,
-            "errors": sum(r.errors for r in results),
-        }
-
-    bare, lb, odaaf = summary(rounds["bare"]), summary(rounds["latebandit"]), summary(rounds["odaaf"])
-    events_per_second = fb.requests * args.batch / fb.seconds
-    figures = {
-        "bare": bare, "latebandit_choose": lb,
-        "choose_throughput_ratio": lb["throughput"] / bare["throughput"],
-        "choose_p99_ratio": lb["p99_ms"] / bare["p99_ms"],
-        "odaaf_choose": odaaf, "odaaf_throughput_ratio": odaaf["throughput"] / bare["throughput"],
-        "odaaf_p99_ratio": odaaf["p99_ms"] / bare["p99_ms"],
-        "feedback_events_per_second": events_per_second, "feedback_errors": fb.errors,
-        "feedback_p99_ms": fb.percentile(99) * 1e3, "concurrency": args.concurrency, "duration": args.duration,
-    }  # fmt: skip
-    table = Table(title=f"/choose at concurrency {args.concurrency}, {args.duration:g}s x 2 rounds (medians)")
-    for column in ("endpoint", "req/s", "p50 ms", "p99 ms", "errors"):
-        table.add_column(column)
-    rows = (("bare FastAPI + 1 Redis GET", bare), ("latebandit /choose, delayed-klucb", lb),
-            ("latebandit /choose, odaaf", odaaf))  # fmt: skip
-    for name, row in rows:
-        table.add_row(
-            name, f"{row['throughput']:.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", str(row["errors"])
+def report(console: Console, choose: dict[tuple[str, int], Figures], conversions: float, feedback: Figures,
+           workers: Figures | None, args: argparse.Namespace) -> None:  # fmt: skip
+    table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
+    for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
+                   "errors"):  # fmt: skip
+        table.add_column(column, no_wrap=column == "case")
+    figures: dict[str, object] = {"load": "wrk" if shutil.which("wrk") else "python client", "cases": []}
+    for (name, connections), row in choose.items():
+        bare = choose[("bare", connections)]
+        ratios = (row.throughput / bare.throughput, row.p50_ms / bare.p50_ms, row.p99_ms / bare.p99_ms)
+        table.add_row(name, str(connections), f"{row.throughput:,.0f}", f"{row.p50_ms:.2f}", f"{row.p99_ms:.2f}",
+                      *(f"{ratio:.2f}" for ratio in ratios), str(row.errors))  # fmt: skip
+        figures["cases"].append(
+            {
+                "case": name,
+                "connections": connections,
+                **asdict(row),  # type: ignore[attr-defined]
+                "throughput_ratio": ratios[0],
+                "p50_ratio": ratios[1],
+                "p99_ratio": ratios[2],
+            }
         )
-    console = Console()
     console.print(table)
-    console.print(f"throughput ratio {figures['choose_throughput_ratio']:.2f} (target ≥ 0.8), "
-                  f"p99 ratio {figures['choose_p99_ratio']:.2f} (target ≤ 1.5)")  # fmt: skip
-    console.print(f"odaaf: throughput ratio {figures['odaaf_throughput_ratio']:.2f} (target ≥ 0.8), "
-                  f"p99 ratio {figures['odaaf_p99_ratio']:.2f}")  # fmt: skip
-    console.print(f"/feedback, batches of {args.batch}: {events_per_second:,.0f} events/s per worker "
-                  f"(target ≥ 50,000), p99 {figures['feedback_p99_ms']:.1f} ms, errors {fb.errors}")  # fmt: skip
+    console.print(f"/feedback, batches of {args.batch}: {conversions:,.0f} conversions/s per worker (target 50,000), "
+                  f"p99 {feedback.p99_ms:.1f} ms, errors {feedback.errors}")  # fmt: skip
+    figures["feedback"] = {"conversions_per_second": conversions, **asdict(feedback)}
+    if workers is not None:
+        one = choose[("delayed-klucb", 32)]
+        ratio = workers.throughput / one.throughput
+        console.print(f"two workers, delayed-klucb, 64 connections: {workers.throughput:,.0f} req/s = "
+                      f"{ratio:.2f}x one worker (p99 {workers.p99_ms:.1f} ms)")  # fmt: skip
+        figures["two_workers"] = {**asdict(workers), "ratio_to_one": workers.throughput / one.throughput}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "service.json").write_text(json.dumps(figures, indent=2))
 
