@@ -107,6 +107,33 @@ def serve(
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+@app.command("audit-writer")
+def audit_writer(
+    metrics_port: Annotated[int | None, typer.Option(help="its /metrics port (LATEBANDIT_AUDIT_METRICS_PORT)")] = None,
+) -> None:
+    """Drain the Redis audit queue into the audit database, out of the API workers (run them with
+    LATEBANDIT_AUDIT_WRITER=external). Stops on SIGTERM or SIGINT after a last drain."""
+    import asyncio
+    import signal
+
+    from prometheus_client import start_http_server
+
+    from latebandit.runtime import run_audit_writer
+
+    settings = Settings()
+    port = metrics_port if metrics_port is not None else settings.audit_metrics_port
+    start_http_server(port, addr=settings.host)  # LATEBANDIT_HOST, as for `serve`
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(number, stop.set)
+        await run_audit_writer(settings, stop)
+
+    console.print(f"audit writer: metrics on port {port}")
+    asyncio.run(run())
+
+
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file)."""

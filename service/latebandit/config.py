@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,12 @@ class Settings(BaseSettings):
     )
     audit_batch: int = Field(default=5_000, description="audit rows written per transaction")
     audit_interval: float = Field(default=0.2, description="seconds between audit drains")
+    audit_writer: Literal["inline", "external"] = Field(
+        default="inline",
+        description="inline: each API worker drains the audit queue; external: `latebandit audit-writer` does "
+        "(the embedded default always drains inline: its queue is in process memory)",
+    )
+    audit_metrics_port: int = Field(default=9101, description="where `latebandit audit-writer` serves /metrics")
     log_level: str = Field(default="info", description="debug, info (one access line per request), warning, error")
     metrics_campaigns: int = Field(default=200, ge=1, description="campaigns with their own metric labels, per worker")
     metrics_arms: int = Field(default=50, ge=1, description="arms per campaign with their own metric labels")
@@ -61,6 +68,11 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.redis_url is None
+
+    @property
+    def drains_inline(self) -> bool:
+        """Whether API workers drain the audit queue themselves (else a `latebandit audit-writer` does)."""
+        return self.embedded or self.audit_writer == "inline"
 
     def secret_file(self) -> Path:
         """Where the embedded default keeps its generated secret: beside its SQLite file."""

@@ -104,8 +104,9 @@ class Runtime:
         await asyncio.to_thread(self._prepare_schema)
         if isinstance(self.store, MemoryStore):
             await self._restore_embedded_state()
-        self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
-        self.tasks.append(asyncio.create_task(self._watch_backlog()))
+        if self.settings.drains_inline:
+            self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
+        self.tasks.append(asyncio.create_task(watch_audit(self.store, self.audit, self._inline_writer(), self.stop)))
         self.tasks.append(asyncio.create_task(self._publish_diagnostics()))
 
     def _prepare_schema(self) -> None:
@@ -128,23 +129,9 @@ class Runtime:
         assert isinstance(self.store, MemoryStore)
         await restore_memory(self.audit, self.store, self.settings)
 
-    async def _watch_backlog(self) -> None:
-        """Every 5 s: the audit backlog and lag, and whether the store and the audit database answer."""
-        while not self.stop.is_set():
-            metrics.AUDIT_LAG.set(self.writer.lag())
-            try:
-                await self.store.ping()
-                metrics.AUDIT_BACKLOG.set(await self.store.audit_backlog())
-                metrics.STORE_UP.set(1)
-            except StoreUnavailable:
-                metrics.STORE_UP.set(0)
-            try:
-                await asyncio.to_thread(self.audit.ping)
-                metrics.AUDIT_UP.set(1)
-            except Exception:  # any database error means "down"; the writer logs the cause
-                metrics.AUDIT_UP.set(0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), timeout=BACKLOG_EVERY)
+    def _inline_writer(self) -> AuditWriter | None:
+        """This worker's writer when it drains the queue (else the audit writer's process exports the lag)."""
+        return self.writer if self.settings.drains_inline else None
 
     async def _publish_diagnostics(self) -> None:
         """Every DIAGNOSTICS_EVERY seconds, the per-arm gauges of what this worker read since (a scrape also
@@ -165,3 +152,42 @@ class Runtime:
         if isinstance(self.store, RedisStore):
             await self.store.close()
         self.audit.dispose()
+
+
+async def watch_audit(store: StateStore, audit: AuditLog, writer: AuditWriter | None, stop: asyncio.Event) -> None:
+    """Every BACKLOG_EVERY seconds: the audit backlog, whether the store and the audit database answer, and
+    the lag of ``writer`` when this process drains the queue (an API worker inline, or the audit writer)."""
+    while not stop.is_set():
+        if writer is not None:
+            metrics.AUDIT_LAG.set(writer.lag())
+        try:
+            await store.ping()
+            metrics.AUDIT_BACKLOG.set(await store.audit_backlog())
+            metrics.STORE_UP.set(1)
+        except StoreUnavailable:
+            metrics.STORE_UP.set(0)
+        try:
+            await asyncio.to_thread(audit.ping)
+            metrics.AUDIT_UP.set(1)
+        except Exception:  # any database error means "down"; the writer logs the cause
+            metrics.AUDIT_UP.set(0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=BACKLOG_EVERY)
+
+
+async def run_audit_writer(settings: Settings, stop: asyncio.Event) -> None:
+    """`latebandit audit-writer`: drain every campaign's audit queue into the audit log until ``stop``, then
+    once more. Several writers (and inline API workers) may run at once: the per-campaign lease keeps them
+    off each other's queues, and a repeated write inserts nothing."""
+    if settings.redis_url is None:
+        raise ValueError("the audit writer drains the Redis audit queue: set LATEBANDIT_REDIS_URL")
+    store = RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
+    audit = AuditLog(settings.sqlalchemy_url)
+    writer = AuditWriter(store, audit, settings.audit_batch)
+    try:
+        await asyncio.gather(writer.run(settings.audit_interval, stop), watch_audit(store, audit, writer, stop))
+        with contextlib.suppress(StoreUnavailable):
+            await writer.flush()
+    finally:
+        await store.close()
+        audit.dispose()

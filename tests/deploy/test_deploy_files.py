@@ -5,6 +5,7 @@ files and settings that exist."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -248,3 +249,32 @@ def test_kustomize_builds_the_manifests() -> None:
     built = list(yaml.safe_load_all(result.stdout))
     assert len(built) == len(manifests())
     assert {item["metadata"].get("namespace") for item in built if item["kind"] != "Namespace"} == {"latebandit"}
+
+
+def test_the_audit_writer_overlays_fit_the_base() -> None:
+    """docker-compose.audit-writer.yml and deploy/kubernetes/audit-writer run `latebandit audit-writer` with
+    the base's settings and switch the API to LATEBANDIT_AUDIT_WRITER=external."""
+    overlay = yaml.safe_load((ROOT / "docker-compose.audit-writer.yml").read_text())["services"]
+    base = compose()["services"]
+    writer = overlay["audit-writer"]
+    assert writer["command"][:2] == ["latebandit", "audit-writer"]
+    assert overlay["api"]["environment"] == {"LATEBANDIT_AUDIT_WRITER": "external"}
+    for key in ("LATEBANDIT_REDIS_URL", "LATEBANDIT_DATABASE_URL"):
+        assert writer["environment"][key] == base["api"]["environment"][key]
+    assert set(writer["environment"]) <= SETTINGS and set(writer["depends_on"]) <= set(base)
+    port = writer["command"][writer["command"].index("--metrics-port") + 1]
+    assert f"{port}:{port}" in writer["ports"]
+    folder = KUBERNETES / "audit-writer"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["..", "deployment.yaml"]
+    (patch,) = kustomization["patches"]
+    assert yaml.safe_load(patch["patch"]) == [
+        {"op": "add", "path": "/data/LATEBANDIT_AUDIT_WRITER", "value": "external"}]  # fmt: skip
+    deployment = yaml.safe_load((folder / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["latebandit", "audit-writer"]
+    assert container["ports"][0]["containerPort"] == int(container["command"][-1])
+    sources = {source.get("configMapRef", source.get("secretRef"))["name"] for source in container["envFrom"]}
+    assert sources == {"latebandit-config", "latebandit-secrets"}
+    if importlib.util.find_spec("kubernetes") is not None:
+        as_model(deployment, model_name(deployment), "Deployment/latebandit-audit-writer")
