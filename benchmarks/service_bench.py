@@ -14,6 +14,9 @@ patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a pl
 claims a slot of a shared schedule); at 32 connections, and delayed-klucb also at 1 and 4.
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
+Audit: by default the production layout, ``latebandit audit-writer`` in its own process
+(LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. After the /feedback
+load, the writer's drain rate (audit records per second while a backlog waits) and its largest lag.
 """
 
 from __future__ import annotations
@@ -188,6 +191,29 @@ def feedback_rate(port: int, bodies: list[bytes], duration: int) -> tuple[float,
     return events / measured.seconds, figures
 
 
+def scrape(url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url, timeout=10.0).text
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
+def audit_drain(url: str, first: dict[str, float], started: float, limit: float = 60.0) -> dict[str, float]:
+    """Audit rows written per second from ``started`` (the /feedback load's start, with ``first`` scraped
+    then) until the backlog is gone, read from the draining process's /metrics, and its largest lag."""
+    lag = 0.0
+    while time.monotonic() - started < limit:
+        time.sleep(0.5)
+        now = scrape(url)
+        lag = max(lag, now.get("latebandit_audit_lag_seconds", 0.0))
+        if now.get("latebandit_audit_backlog", 0.0) == 0:
+            break
+    seconds = time.monotonic() - started
+    written = now["latebandit_audit_rows_total"] - first["latebandit_audit_rows_total"]
+    return {"records_per_second": written / seconds, "records": written, "seconds": seconds,
+            "largest_lag_seconds": lag}  # fmt: skip
+
+
 def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int]:
     port = free_port()
     command = [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)]
@@ -200,6 +226,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--no-workers", action="store_true", help="skip the two-worker case")
+    parser.add_argument("--audit", choices=["inline", "external"], default="external")
     args = parser.parse_args()
     workdir = RESULTS / "run"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -214,6 +241,7 @@ def main() -> None:
         "LATEBANDIT_SECRET": SECRET,
         "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
         "BENCH_REDIS_URL": REDIS_URL,
+        "LATEBANDIT_AUDIT_WRITER": args.audit,
     }
     servers: list[Server] = []
     console = Console(width=160)  # the table stays whole when piped to a file or a CI log
@@ -221,6 +249,10 @@ def main() -> None:
         subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
         latebandit, lb_port = serve(env, 1, workdir)
         servers.append(latebandit)
+        writer_port = free_port()
+        if args.audit == "external":
+            servers.append(start([*LATEBANDIT, "audit-writer", "--metrics-port", str(writer_port)], env, writer_port,
+                                 workdir / "audit-writer.log"))  # fmt: skip
         bare_port = free_port()
         uvicorn = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory"]
         flags = ["--port", str(bare_port), "--no-access-log", "--log-level", "warning"]
@@ -243,7 +275,10 @@ def main() -> None:
         console.print("signing the /feedback batches ...")
         needed = int(args.duration * 80_000 / args.batch) + 8  # more than a worker can take in the duration
         signed = feedback_bodies(Campaign(**CAMPAIGNS["delayed-klucb"]), args.batch, needed)
+        drained_by = f"http://127.0.0.1:{writer_port if args.audit == 'external' else lb_port}/metrics"
+        before, started = scrape(drained_by), time.monotonic()
         conversions, feedback = feedback_rate(lb_port, signed, args.duration)
+        audit = audit_drain(drained_by, before, started)
         workers = None
         if not args.no_workers:
             stop(servers.pop(0))
@@ -251,7 +286,7 @@ def main() -> None:
             servers.append(two)
             load(two_port, bodies["delayed-klucb"], 2, 64)
             workers = median([load(two_port, bodies["delayed-klucb"], args.duration, 64) for _ in range(args.rounds)])
-        report(console, choose, conversions, feedback, workers, args)
+        report(console, choose, conversions, feedback, audit, workers, args)
     finally:
         for server in servers:
             stop(server)
@@ -261,7 +296,7 @@ def main() -> None:
 
 
 def report(console: Console, choose: dict[tuple[str, int], Figures], conversions: float, feedback: Figures,
-           workers: Figures | None, args: argparse.Namespace) -> None:  # fmt: skip
+           audit: dict[str, float], workers: Figures | None, args: argparse.Namespace) -> None:  # fmt: skip
     table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
     for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
                    "errors"):  # fmt: skip
@@ -286,6 +321,10 @@ def report(console: Console, choose: dict[tuple[str, int], Figures], conversions
     console.print(f"/feedback, batches of {args.batch}: {conversions:,.0f} conversions/s per worker (target 50,000), "
                   f"p99 {feedback.p99_ms:.1f} ms, errors {feedback.errors}")  # fmt: skip
     figures["feedback"] = {"conversions_per_second": conversions, **asdict(feedback)}
+    rate, lag = audit["records_per_second"], audit["largest_lag_seconds"]
+    console.print(f"audit writer ({args.audit}): {rate:,.0f} records/s from the /feedback load's start until its "
+                  f"backlog was gone (target 20,000), largest lag {lag:.1f} s")  # fmt: skip
+    figures["audit"] = {"mode": args.audit, **audit}
     if workers is not None:
         one = choose[("delayed-klucb", 32)]
         ratio = workers.throughput / one.throughput
