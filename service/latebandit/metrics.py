@@ -139,8 +139,9 @@ STORE_LATENCY = Histogram(
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
 )
 STORE_UP = Gauge(
-    "latebandit_store_up", "1 if the last ping of the state store succeeded (every second)", multiprocess_mode="mostrecent"
-)
+    "latebandit_store_up", "1 if the last ping of the state store succeeded (every second)",
+    multiprocess_mode="mostrecent",
+)  # fmt: skip
 AUDIT_UP = Gauge(
     "latebandit_audit_up", "1 if the last ping of the audit database succeeded (every second)",
     multiprocess_mode="mostrecent",
