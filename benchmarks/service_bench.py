@@ -273,8 +273,11 @@ def main() -> None:
                 rounds[(name, connections)].append(load(port, body, args.duration, connections))
         choose = {case: median(figures) for case, figures in rounds.items()}
         console.print("signing the /feedback batches ...")
-        needed = int(args.duration * 80_000 / args.batch) + 8  # more than a worker can take in the duration
+        needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
         signed = feedback_bodies(Campaign(**CAMPAIGNS["delayed-klucb"]), args.batch, needed)
+        warm_up = len(signed) * 2 // (args.duration + 2)
+        feedback_rate(lb_port, signed[:warm_up], 2)
+        signed = signed[warm_up:]
         drained_by = f"http://127.0.0.1:{writer_port if args.audit == 'external' else lb_port}/metrics"
         before, started = scrape(drained_by), time.monotonic()
         conversions, feedback = feedback_rate(lb_port, signed, args.duration)

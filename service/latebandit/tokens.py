@@ -16,7 +16,7 @@ import base64
 import binascii
 import hmac
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_TOKEN_LENGTH = 256
 _SIGNATURE_BYTES = 16
@@ -27,8 +27,9 @@ class InvalidToken(ValueError):
     """The decision id is malformed, corrupted, or was not signed with this service's secret."""
 
 
-@dataclass(frozen=True)
-class DecisionToken:
+class DecisionToken(NamedTuple):
+    """What a decision id carries (a named tuple: /feedback verifies one per event)."""
+
     campaign: str
     arm: int
     decided_at: int  # epoch microseconds
