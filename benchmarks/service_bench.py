@@ -331,7 +331,7 @@ def report(console: Console, choose: dict[tuple[str, int], Figures], conversions
     during, after = audit["during_load_per_second"], audit["after_load_per_second"]
     left, lag = audit["backlog_at_load_end"], audit["largest_lag_seconds"]
     console.print(f"audit writer ({args.audit}): {during:,.0f} records/s during the /feedback load, {after:,.0f}/s "
-                  f"draining the {left:.0f} entries left after it (target 20,000), largest lag {lag:.1f} s")  # fmt: skip
+                  f"draining the {left:.0f} entries left after it (target 20,000), largest lag {lag:.1f}s")  # fmt: skip
     figures["audit"] = {"mode": args.audit, **audit}
     if workers is not None:
         one = choose[("delayed-klucb", 32)]
