@@ -34,7 +34,7 @@ from latebandit.planner import Planner
 from latebandit.policies.base import EPS_N, ArmStats
 from latebandit.policies.floor import with_floor
 from latebandit.policies.guha import GuhaBayes
-from latebandit.scheduling import Scheduler, describe_schedule
+from latebandit.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
 from latebandit.store.base import (
     AnonymousEvent,
     CampaignMoved,
@@ -48,6 +48,7 @@ from latebandit.store.base import (
     StateStore,
     StoreUnavailable,
 )
+from latebandit.store.schedule import Claim
 from latebandit.timeutil import MICROS, Clock, format_time
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
 
@@ -139,6 +140,7 @@ class DecisionEngine:
         self._publishing = threading.Lock()
         self.scheduler = Scheduler(store, rng, self._pull)
         self._decisions = GroupCommit(self._decide_together, GROUP_LIMIT)
+        self._claims = GroupCommit(self._claim_together, GROUP_LIMIT)
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -235,7 +237,9 @@ class DecisionEngine:
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         ttl = math.ceil(self.options.request_ttl)
         if campaign.plans:
-            claim = await self.scheduler.claim(campaign, now, request_id, ttl)
+            claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
+            if claim.status in UNSETTLED:
+                raise unclaimed(campaign)
             result = DecisionResult(DecisionStatus(claim.status.value), claim.decision_id, claim.arm, claim.propensity)
         else:
             result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
@@ -273,6 +277,13 @@ class DecisionEngine:
             )
         ]
         return await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
+
+    async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
+        """The slot claims of one group commit (a planning campaign), made at the batch's time."""
+        request_ids = [request_id for _, request_id in requests]
+        return await self.scheduler.claim_together(
+            requests[0][0], self.clock(), request_ids, math.ceil(self.options.request_ttl)
+        )
 
     def _pull(
         self, campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None, fallback: bool = False

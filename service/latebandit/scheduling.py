@@ -24,9 +24,15 @@ from latebandit.store.schedule import Claim, ClaimStatus, ScheduleView
 from latebandit.timeutil import format_time
 
 MAX_ATTEMPTS = 8  # claims per decision: a slot boundary crossed by every attempt means heavy contention
+UNSETTLED = (ClaimStatus.OTHER_ARM, ClaimStatus.NEEDS_PLAN)  # nothing taken: the decision claims again
 PullMaker = Callable[[Campaign, int, float, int, str | None], Pull]
 
 logger = logging.getLogger(__name__)
+
+
+def unclaimed(campaign: Campaign) -> StoreUnavailable:
+    """A decision whose claim stayed unsettled through MAX_ATTEMPTS: answered as for a store outage."""
+    return StoreUnavailable(f"campaign {campaign.id!r}: no slot could be claimed in {MAX_ATTEMPTS} attempts")
 
 
 class Scheduler:
@@ -38,17 +44,36 @@ class Scheduler:
 
     async def claim(self, campaign: Campaign, now: int, request_id: str | None, ttl: int) -> Claim:
         """Claim the next slot for a decision made at ``now`` (plan first if there is none yet)."""
+        (claim,) = await self.claim_together(campaign, now, [request_id], ttl)
+        if claim.status in UNSETTLED:
+            raise unclaimed(campaign)
+        return claim
+
+    async def claim_together(
+        self, campaign: Campaign, now: int, request_ids: list[str | None], ttl: int
+    ) -> list[Claim]:
+        """Claim the next slots for decisions made at ``now`` (plan first if there is none yet), in one store
+        call per attempt. A decision still answered OTHER_ARM or NEEDS_PLAN after MAX_ATTEMPTS found no slot
+        (heavy contention); the others' claims stand, so every decision recorded is answered."""
+        claims: list[Claim] = [Claim(ClaimStatus.NEEDS_PLAN)] * len(request_ids)
+        waiting = list(range(len(request_ids)))
         for _ in range(MAX_ATTEMPTS):
             arm, propensity = self._expected.get(campaign.id, (0, 1.0))
-            pull = self.make_pull(campaign, arm, propensity, now, request_id)
-            claim = await self.store.claim_slot(campaign, pull, request_id, ttl)
-            if claim.status is ClaimStatus.OTHER_ARM:
-                self._expected[campaign.id] = (claim.arm, claim.propensity)
-            elif claim.status is ClaimStatus.NEEDS_PLAN:
-                await self.plan(campaign, now, claim.version)
-            else:
-                return claim
-        raise StoreUnavailable(f"campaign {campaign.id!r}: no slot could be claimed in {MAX_ATTEMPTS} attempts")
+            pulls = [self.make_pull(campaign, arm, propensity, now, request_ids[i]) for i in waiting]
+            answers = await self.store.claim_slots(campaign, pulls, [request_ids[i] for i in waiting], ttl)
+            plan_after = None
+            for i, claim in zip(waiting, answers, strict=True):
+                claims[i] = claim
+                if claim.status is ClaimStatus.OTHER_ARM:
+                    self._expected[campaign.id] = (claim.arm, claim.propensity)
+                elif claim.status is ClaimStatus.NEEDS_PLAN:
+                    plan_after = claim.version
+            waiting = [i for i in waiting if claims[i].status in UNSETTLED]
+            if not waiting:
+                break
+            if plan_after is not None:
+                await self.plan(campaign, now, plan_after)
+        return claims
 
     async def plan(self, campaign: Campaign, now: int, after: int) -> bool:
         """Make and commit the plan that follows version ``after`` (the one the claim found played); False

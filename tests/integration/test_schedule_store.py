@@ -283,3 +283,26 @@ async def test_a_worker_that_asked_for_the_first_plan_does_not_plan_past_it(stor
     assert view.version == 1 and view.plan is not None and view.plan.state["m"] == 1
     claimed = await second.claim(campaign, clock.now + SECOND, None, 60)
     assert claimed.status is ClaimStatus.NEW and claimed.arm == 0 and claimed.version == 1
+
+
+async def test_claims_of_one_batch_take_slots_as_one_by_one_claims_would(stores) -> None:
+    """claim_slots (the engine's group commit): in order, one slot each until the segment's arm changes;
+    the rest answer OTHER_ARM with the slot's arm, nothing taken; a retried request_id gets its decision."""
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign(lateness=60)
+    await store.create_campaign(campaign, {"type": "campaign"})
+    waiting = await store.claim_slots(campaign, [pull(0, "w1"), pull(0, "w2")], [None, "r0"], 60)
+    assert [claim.status for claim in waiting] == [ClaimStatus.NEEDS_PLAN] * 2
+    assert await store.commit_plan(campaign, 0, plan((0, 3, True), (1, 2, True), hold=2), 0, _plan_record(), clock.now)
+    names = ["d1", "d2", "d3", "d4", "d5"]
+    claims = await store.claim_slots(campaign, [pull(0, name) for name in names], [None, "r1", None, "r1", None], 60)
+    assert [claim.status for claim in claims] == [ClaimStatus.NEW, ClaimStatus.NEW, ClaimStatus.NEW,
+                                                  ClaimStatus.REPEATED, ClaimStatus.OTHER_ARM]  # fmt: skip
+    assert [claims[i].decision_id for i in range(3)] == ["d1", "d2", "d3"] and claims[3].decision_id == "d2"
+    assert (claims[4].arm, claims[4].version) == (1, 1)
+    view = await store.schedule_view(campaign)
+    assert view.slot == 3 and [(o.segment.arm, o.slots) for o in view.open] == [(0, 3)]
+    rest = await store.claim_slots(campaign, [pull(1, "e1"), pull(1, "e2"), pull(1, "e3")], [None, None, "r1"], 60)
+    assert [claim.status for claim in rest] == [ClaimStatus.NEW, ClaimStatus.NEW, ClaimStatus.REPEATED]
+    assert (await store.schedule_view(campaign)).slot == 5
+    assert (await store.snapshot(campaign, 0.0)).counters.decisions == 5

@@ -204,6 +204,13 @@ class StateStore(AuditQueue, Protocol):
         and queue its audit record; else MOVED with the slot's arm and propensity, nothing changed."""
         ...
 
+    async def claim_slots(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[Claim]:
+        """``claim_slot`` of each pull in order, in one atomic step (the engine's group commit): pulls made at
+        one moment, expecting one arm and propensity."""
+        ...
+
     async def schedule_view(self, campaign: Campaign) -> ScheduleView: ...
 
     async def commit_plan(

@@ -220,6 +220,11 @@ class MemoryStore:
 
     # schedules (planning policies) ---------------------------------------------------------------------
 
+    async def claim_slots(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[Claim]:
+        return [await self.claim_slot(campaign, pull, rid, ttl) for pull, rid in zip(pulls, request_ids, strict=True)]
+
     async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
         memory = self._campaigns.get(campaign.id)
         if memory is None:

@@ -56,7 +56,7 @@ from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
     *("create_campaign", "set_status", "change_policy", "record_decisions", "record_fallback"),
-    *("apply_conversions", "fold_matured", "claim_slot", "commit_plan", "apply_anonymous"),
+    *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
 )
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
@@ -355,23 +355,25 @@ class RedisStore:
         return [keys.counters(cid), keys.sched(cid), keys.segments(cid), keys.starts(cid), keys.closed(cid)]
 
     async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
+        return (await self.claim_slots(campaign, [pull], [request_id], ttl))[0]
+
+    async def claim_slots(
+        self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
+    ) -> list[Claim]:
+        """One script call for decisions made at one moment that expect one arm and propensity (the first
+        pull's; the engine's group commit)."""
+        first = pulls[0]
         keys = [*self._schedule_keys(campaign.id), self.keys.audit(campaign.id)]
-        if request_id is not None:
-            keys.append(self.keys.request(campaign.id, request_id))
-        args = [
-            pull.record["at"], pull.arm, repr(pull.propensity), pull.decision_id, ttl, orjson.dumps(pull.record),
-            campaign.slot_us or 0, campaign.created_at, campaign.lateness_us, campaign.version,
+        args: list[object] = [
+            first.record["at"], first.arm, repr(first.propensity), ttl, campaign.slot_us or 0, campaign.created_at,
+            campaign.lateness_us, campaign.version,
         ]  # fmt: skip
-        status, arm, propensity, version = await self._run("claim_slot", keys, args)
-        if status == 1:
-            earlier = _earlier(arm)
-            return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
-        if status in (2, 3, 4, 6):
-            refusals = {2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED}
-            return Claim(refusals[status], version=int(version))
-        if status == 5:
-            return Claim(ClaimStatus.OTHER_ARM, int(arm), float(propensity), version=int(version))
-        return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, int(version))
+        for pull, request_id in zip(pulls, request_ids, strict=True):
+            if request_id is not None:
+                keys.append(self.keys.request(campaign.id, request_id))
+            args += [pull.decision_id, orjson.dumps(pull.record), int(request_id is not None)]
+        answers = await self._run("claim_slots", keys, args)
+        return [_claim(answer, pull) for answer, pull in zip(answers, pulls, strict=True)]
 
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
         cid = campaign.id
@@ -546,6 +548,22 @@ def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], clos
         int(number.get("v", 0)), plan, observed, [record.observed(slot) for record in records], slot,
         int(number.get("wm", 0)), int(number.get("cuntil", 0)), records[-1] if records else None, credited,
     )  # fmt: skip
+
+
+def _claim(answer: list[bytes | int], pull: Pull) -> Claim:
+    """One decision's answer from claim_slots.lua (statuses in the script's header)."""
+    status, arm, propensity, version = answer
+    if status == 1:
+        earlier = _earlier(arm)  # type: ignore[arg-type]
+        return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
+    if status in CLAIM_REFUSALS:
+        return Claim(CLAIM_REFUSALS[int(status)], version=int(version))
+    if status == 5:
+        return Claim(ClaimStatus.OTHER_ARM, int(arm), float(propensity), version=int(version))
+    return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, int(version))
+
+
+CLAIM_REFUSALS = {2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED}
 
 
 def _decision_result(status: int, earlier: bytes, pull: Pull, counters: Counters | None) -> DecisionResult:
