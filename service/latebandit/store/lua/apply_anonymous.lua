@@ -24,11 +24,29 @@ local function remember(field, expires)
   redis.call('ZADD', expiry, expires, field)
 end
 
+-- The open records that can overlap [start, finish): records are contiguous in time (each ends where the
+-- next begins, only the last is open-ended), so they are those that begin at the latest beginning at or
+-- before ``start`` (several only when some are empty) and those that begin inside. Two index reads: the cost
+-- does not grow with the number of open records.
+local function candidates(start, finish)
+  local ids = {}
+  local latest = redis.call('ZREVRANGEBYSCORE', starts, int(start), '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #latest > 0 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', starts, latest[2], latest[2])) do ids[#ids + 1] = id end
+  end
+  if finish > start then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', starts, '(' .. int(start), '(' .. int(finish))) do
+      ids[#ids + 1] = id
+    end
+  end
+  return ids
+end
+
 -- Credit [start, end) to the open records it overlaps, in proportion to time (an instant to the record
 -- containing it).
 local function credit(start, finish, value)
   if start < (num('cuntil') or 0) then return 'phase_closed' end
-  local ids = redis.call('ZRANGEBYSCORE', starts, '-inf', '+inf')
+  local ids = candidates(start, finish)
   local shares = {}
   for _, id in ipairs(ids) do
     local f = redis.call('HMGET', segments, id .. ':s', id .. ':x')
