@@ -218,6 +218,27 @@ def audit_drain(url: str, first: dict[str, float], started: float, limit: float 
     }
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by every process of the machine, summed by command name (workers of one
+    server share theirs): a profile of what saturates the machine during a run."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # the process ended
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return used
+
+
+def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores each command kept busy between two ``cpu_seconds`` readings, the busiest first."""
+    busy = {name: (after[name] - before.get(name, 0.0)) / seconds for name in after}
+    return dict(sorted(((name, cores) for name, cores in busy.items() if cores >= 0.02), key=lambda item: -item[1]))
+
+
 def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int]:
     port = free_port()
     command = [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)]
@@ -286,14 +307,16 @@ def main() -> None:
         before, started = scrape(drained_by), time.monotonic()
         conversions, feedback = feedback_rate(lb_port, signed, args.duration)
         audit = audit_drain(drained_by, before, started)
-        workers = None
+        workers, busy = None, {}
         if not args.no_workers:
             stop(servers.pop(0))
             two, two_port = serve(env, 2, workdir)
             servers.append(two)
             load(two_port, bodies["delayed-klucb"], 2, 64)
+            before, started = cpu_seconds(), time.monotonic()
             workers = median([load(two_port, bodies["delayed-klucb"], args.duration, 64) for _ in range(args.rounds)])
-        report(console, choose, conversions, feedback, audit, workers, args)
+            busy = cores_used(before, cpu_seconds(), time.monotonic() - started)
+        report(console, choose, conversions, feedback, audit, workers, busy, args)
     finally:
         for server in servers:
             stop(server)
@@ -303,7 +326,8 @@ def main() -> None:
 
 
 def report(console: Console, choose: dict[tuple[str, int], Figures], conversions: float, feedback: Figures,
-           audit: dict[str, float], workers: Figures | None, args: argparse.Namespace) -> None:  # fmt: skip
+           audit: dict[str, float], workers: Figures | None, busy: dict[str, float],
+           args: argparse.Namespace) -> None:  # fmt: skip
     table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
     for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
                    "errors"):  # fmt: skip
@@ -338,7 +362,10 @@ def report(console: Console, choose: dict[tuple[str, int], Figures], conversions
         ratio = workers.throughput / one.throughput
         console.print(f"two workers, delayed-klucb, 64 connections: {workers.throughput:,.0f} req/s = "
                       f"{ratio:.2f}x one worker (p99 {workers.p99_ms:.1f} ms)")  # fmt: skip
-        figures["two_workers"] = {**asdict(workers), "ratio_to_one": workers.throughput / one.throughput}
+        cores = ", ".join(f"{name} {used:.2f}" for name, used in busy.items())
+        console.print(f"cores busy meanwhile ({os.cpu_count()} on this machine): {cores}")
+        figures["two_workers"] = {**asdict(workers), "ratio_to_one": workers.throughput / one.throughput,
+                                  "cores_busy": busy}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "service.json").write_text(json.dumps(figures, indent=2))
 
