@@ -15,23 +15,28 @@ claims a slot of a shared schedule); at 32 connections, and delayed-klucb also a
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
 Audit: by default the production layout, ``latebandit audit-writer`` in its own process
-(LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. After the /feedback
-load, the writer's drain rate (audit records per second while a backlog waits) and its largest lag.
+(LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. On this 2-core machine
+the external writer is paused (SIGSTOP) during the /feedback load, so that the API worker's capacity and the
+writer's are each measured alone, as they run in production (their own cores); then the writer drains the
+backlog and its rate (audit records per second) and largest lag are reported.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -218,6 +223,20 @@ def audit_drain(url: str, first: dict[str, float], started: float, limit: float 
     }
 
 
+@contextlib.contextmanager
+def paused(server: Server | None) -> Iterator[None]:
+    """``server`` stopped (SIGSTOP) meanwhile: the external audit writer, while the API's /feedback capacity
+    is measured; its backlog is then drained, and measured, once it resumes."""
+    if server is None:
+        yield
+        return
+    os.killpg(server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(server.process.pid, signal.SIGCONT)
+
+
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds used so far by every process of the machine, summed by command name (workers of one
     server share theirs): a profile of what saturates the machine during a run."""
@@ -230,6 +249,8 @@ def cpu_seconds() -> dict[str, float]:
             continue  # the process ended
         name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
         used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    children = os.times()
+    used["wrk (load, this benchmark's children)"] = children.children_user + children.children_system
     return used
 
 
@@ -274,10 +295,11 @@ def main() -> None:
         subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
         latebandit, lb_port = serve(env, 1, workdir)
         servers.append(latebandit)
-        writer_port = free_port()
+        writer_port, writer = free_port(), None
         if args.audit == "external":
-            servers.append(start([*LATEBANDIT, "audit-writer", "--metrics-port", str(writer_port)], env, writer_port,
-                                 workdir / "audit-writer.log"))  # fmt: skip
+            writer = start([*LATEBANDIT, "audit-writer", "--metrics-port", str(writer_port)], env, writer_port,
+                           workdir / "audit-writer.log")  # fmt: skip
+            servers.append(writer)
         bare_port = free_port()
         uvicorn = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory"]
         flags = ["--port", str(bare_port), "--no-access-log", "--log-level", "warning"]
@@ -303,9 +325,10 @@ def main() -> None:
         warm_up = len(signed) * 2 // (args.duration + 2)
         feedback_rate(lb_port, signed[:warm_up], 2)
         signed = signed[warm_up:]
-        drained_by = f"http://127.0.0.1:{writer_port if args.audit == 'external' else lb_port}/metrics"
+        drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
         before, started = scrape(drained_by), time.monotonic()
-        conversions, feedback = feedback_rate(lb_port, signed, args.duration)
+        with paused(writer):  # each measured alone on this machine's cores: in production they have their own
+            conversions, feedback = feedback_rate(lb_port, signed, args.duration)
         audit = audit_drain(drained_by, before, started)
         workers, busy = None, {}
         if not args.no_workers:

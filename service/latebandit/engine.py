@@ -472,11 +472,10 @@ class DecisionEngine:
         label = metrics.campaign_label(campaign.id)
         delays, lags = metrics.CONVERSION_DELAY.labels(label), metrics.REPORT_LAG.labels(label)
         tally = Counter(outcomes)
-        for (_, prepared), outcome in zip(items, outcomes, strict=True):
-            if outcome is not Outcome.DUPLICATE:
-                record = prepared.record
-                delays.observe(max(0, record["occurred_at"] - record["decided_at"]) / MICROS)
-                lags.observe((record["received_at"] - record["occurred_at"]) / MICROS)
+        records = [prepared.record for (_, prepared), outcome in zip(items, outcomes, strict=True)
+                   if outcome is not Outcome.DUPLICATE]  # fmt: skip
+        metrics.observe_all(delays, [max(0, r["occurred_at"] - r["decided_at"]) / MICROS for r in records])
+        metrics.observe_all(lags, [(r["received_at"] - r["occurred_at"]) / MICROS for r in records])
         for outcome, count in tally.items():
             metrics.FEEDBACK.labels(label, outcome.value).inc(count)
         result.duplicates += tally[Outcome.DUPLICATE]

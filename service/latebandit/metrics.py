@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -222,6 +223,21 @@ def exposition() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def observe_all(histogram: Histogram, values: Sequence[float]) -> None:
+    """``histogram.observe`` of every value, in one step per bucket: prometheus-client has no batch observe,
+    and a /feedback batch of 1,000 conversions spent a tenth of its time observing them one by one. Uses
+    the client's own layout (per bucket the count of values whose first bound at or above them it is, plus
+    the sum), which the exposition makes cumulative; checked against ``observe`` in the tests."""
+    if not values:
+        return
+    bounds = histogram._upper_bounds
+    firsts = np.searchsorted(np.asarray(bounds), np.asarray(values, dtype=np.float64), side="left")
+    for bucket, count in enumerate(np.bincount(firsts, minlength=len(bounds)).tolist()):
+        if count:
+            histogram._buckets[bucket].inc(count)
+    histogram._sum.inc(float(np.sum(values)))
 
 
 def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) -> None:

@@ -40,3 +40,32 @@ def test_per_arm_gauges_are_not_exported_beyond_the_caps(small_caps: None) -> No
     assert estimate is not None and math.isnan(estimate)  # undefined: NaN, not a made-up number
     pending_age = REGISTRY.get_sample_value("latebandit_arm_pending_age_seconds", {"campaign": "capped", "arm": "a"})
     assert pending_age == 12.0
+
+
+def test_observe_all_exports_what_observing_one_by_one_exports() -> None:
+    """The batch observation of /feedback against prometheus-client's own ``observe``: the same bucket
+    counts, count and (to rounding) sum, including values on a bound and beyond the last one."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = [0.0, 59.9, 60.0, 60.1, 3599.0, 3600.0, 1e9, 42.0, 42.0]
+
+    def exported(batch: bool) -> dict[tuple[str, str], float]:
+        registry = CollectorRegistry()
+        histogram = Histogram("delay_seconds", "d", ["campaign"], buckets=metrics.DELAY_BUCKETS, registry=registry)
+        child = histogram.labels("c")
+        if batch:
+            metrics.observe_all(child, values)
+            metrics.observe_all(child, [])
+        else:
+            for value in values:
+                child.observe(value)
+        families = text_string_to_metric_families(generate_latest(registry).decode())
+        return {
+            (s.name, s.labels.get("le", "")): s.value for f in families for s in f.samples if "created" not in s.name
+        }
+
+    one_by_one, together = exported(False), exported(True)
+    assert one_by_one.keys() == together.keys()
+    for key, value in one_by_one.items():
+        assert together[key] == pytest.approx(value, rel=1e-12), key
