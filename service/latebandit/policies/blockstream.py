@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import betabinom
 
 QUIT = 0  # action codes: a block of 1..min(δ + 1, H) plays is its size, entering the stream is STREAM
 STREAM = -1
@@ -88,6 +87,8 @@ class BlockStreamArm:
     reused for every λ of a bisection."""
 
     def __init__(self, shape: ArmShape) -> None:
+        from scipy.stats import betabinom  # here, not at module level: it is half an API worker's import time
+
         self.shape = shape
         a, b, depth, delay = shape.prior_a, shape.prior_b, shape.depth, shape.delay
         self.sizes = min(delay + 1, shape.horizon)
