@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from latebandit.config import Settings
+from latebandit.tables import show
 
 app = typer.Typer(
     help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True, pretty_exceptions_enable=False
@@ -249,7 +250,7 @@ def _evaluate(
     except NotEvaluable as refused:
         console.print(f"[red]cannot evaluate:[/] {escape(str(refused))}")
         raise typer.Exit(1) from None
-    Console().print(rich_table(logged, evaluations, logged_value(logged)))
+    show(rich_table(logged, evaluations, logged_value(logged)))
     for reason, count in logged.skipped.items():
         console.print(f"[yellow]left out {count} {reason}[/]")
     if json_out is not None:
@@ -269,7 +270,7 @@ def _print_state(state: dict) -> None:
     for arm, row in state["arms"].items():
         cells = [row[name] for name in ("pulls", "conversions", "effective_pulls", "estimate", "index", "pending")]
         table.add_row(arm, *("—" if value is None else f"{value:.6g}" for value in cells))
-    Console().print(table)
+    show(table)
 
 
 @app.command()
@@ -338,7 +339,7 @@ def reproduce(
     from latebandit.sim.scenario import ScenarioError
 
     if list_ or name is None:
-        Console().print(list_table())
+        show(list_table())
         return
     try:
         run_reproduce(name, runs, json_out, plot, console)
@@ -371,7 +372,7 @@ def plan(
     for key, value in report.items():
         if key != "campaign":
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    show(table)
     if json_out is not None:
         json_out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
 
@@ -397,7 +398,7 @@ def loadtest(
     except LoadTestError as error:
         console.print(f"[red]error:[/] {escape(str(error))}")
         raise typer.Exit(2) from None
-    Console().print(report_table(report))
+    show(report_table(report))
     for line in summary_lines(report):
         Console().print(escape(line))
     if json_out is not None:

@@ -206,3 +206,18 @@ def test_planned_policies_play_the_same_in_blocks_as_round_by_round(
     brute = (gaps[arms] * weights[:, None]).sum(axis=0)
     np.testing.assert_allclose(blocked.weighted, brute, rtol=1e-9)
     np.testing.assert_allclose(per_round.weighted, brute, rtol=1e-9)
+
+
+@pytest.mark.parametrize("feedback", [{"feedback": "anonymous"}, {"feedback": "composite", "spread": 4}],
+                         ids=["anonymous", "composite"])  # fmt: skip
+def test_baselines_that_read_no_feedback_run_under_every_feedback_mode(feedback: dict[str, Any]) -> None:
+    """uniform and fixed beside an anonymous learner: uniform's regret is T times the mean gap (to a few
+    standard errors), fixed's T times its arm's gap exactly."""
+    scenario = make([{"name": "uniform"}, {"name": "fixed", "params": {"arm": 2}}, {"name": "odaaf"}],
+                    horizon=2000, runs=200, **feedback)  # fmt: skip
+    uniform, fixed, _ = simulate(scenario)
+    gaps = max(scenario.arms) - np.asarray(scenario.arms)
+    per_round = gaps.std() * math.sqrt(1 - 1 / len(gaps))  # sd of one round's gap under uniform play
+    expected = scenario.horizon * gaps.mean()
+    assert abs(uniform.final.mean() - expected) < 5 * per_round * math.sqrt(scenario.horizon / scenario.runs)
+    assert fixed.final.tolist() == [pytest.approx(scenario.horizon * gaps[2])] * scenario.runs

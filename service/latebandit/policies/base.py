@@ -148,6 +148,7 @@ class Policy(ABC):
     delay_corrected: ClassVar[bool] = False
     reports_probabilities: ClassVar[bool] = False  # its Choice carries every arm's probability
     needs_pending: ClassVar[bool] = False  # reads ArmStats.pending (pulls whose outcome is not resolved yet)
+    ignores_feedback: ClassVar[bool] = False  # chooses without reading any statistic: runs under every feedback
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:

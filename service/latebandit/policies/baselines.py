@@ -19,6 +19,7 @@ class Uniform(Policy):
 
     name: ClassVar[str] = "uniform"
     reports_probabilities: ClassVar[bool] = True
+    ignores_feedback: ClassVar[bool] = True
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         return uniform_among(np.ones(np.shape(stats.pulls), dtype=bool), rng)
@@ -29,6 +30,7 @@ class Fixed(Policy):
 
     name: ClassVar[str] = "fixed"
     reports_probabilities: ClassVar[bool] = True
+    ignores_feedback: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"arm": Param(int, None, 0)}
 
     def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:

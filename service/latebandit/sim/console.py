@@ -19,6 +19,7 @@ from latebandit.sim.reproductions import REPRODUCTIONS, Check, Reproduction, run
 from latebandit.sim.reproductions.base import comparison, markers, reproduction_json, result_of
 from latebandit.sim.runner import PolicyResult, contract_json, simulate, summary
 from latebandit.sim.scenario import Scenario, ScenarioError, load_scenario
+from latebandit.tables import show
 
 Callback = Callable[[int], None]
 
@@ -45,7 +46,7 @@ def progress_bars(console: Console) -> Iterator[Callable[[str, int], Callback]]:
 def results_table(title: str, results: list[PolicyResult]) -> Table:
     """Final regret across runs: mean, std, quantiles, the mean τ-weighted L(T) and the seconds taken."""
     table = Table(title=escape(title))
-    table.add_column("policy", overflow="fold")
+    table.add_column("policy", no_wrap=True)
     for header in ("mean", "std", "q05", "q25", "median", "q75", "q95", "L(T)", "s"):
         table.add_column(header, justify="right", no_wrap=True)
     for result in results:
@@ -67,7 +68,7 @@ def run_simulation(
     with progress_bars(console) as start:
         results = simulate(scenario, lambda spec: start(spec.label, scenario.horizon))
     title = f"{path.name}: final regret at T = {scenario.horizon:,} over {scenario.runs} runs (seed {scenario.seed})"
-    Console().print(results_table(title, results))
+    show(results_table(title, results))
     if json_out is not None:
         _write_json(json_out, contract_json(scenario, results))
     if plot is not None:
@@ -87,7 +88,7 @@ def list_table() -> Table:
 def reference_table(reproduction: Reproduction, results: dict[str, list[PolicyResult]]) -> Table:
     table = Table(title=escape(f"ours beside the reference ({reproduction.reference_source})"))
     for header in ("panel", "policy"):
-        table.add_column(header, overflow="fold")
+        table.add_column(header, no_wrap=True)
     for header in ("rounds", "ours", "reference", "z at the last round"):
         table.add_column(header, justify="right")
     for panel, rows in reproduction.references.items():
@@ -131,10 +132,10 @@ def run_reproduce(name: str, runs: int | None, json_out: Path | None, plot: Path
             reproduction, panels, lambda panel, spec: start(f"{panel.title} · {spec.label}", panel.scenario.horizon)
         )
     for panel in panels:
-        out.print(results_table(_panel_title(panel.title, panel.scenario), results[panel.title]))
+        show(results_table(_panel_title(panel.title, panel.scenario), results[panel.title]))
     if reproduction.references:
-        out.print(reference_table(reproduction, results))
-    out.print(checks_table(checks))
+        show(reference_table(reproduction, results))
+    show(checks_table(checks))
     if json_out is not None:
         _write_json(json_out, reproduction_json(reproduction, panels, results, checks))
     if plot is not None:

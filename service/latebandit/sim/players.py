@@ -78,7 +78,9 @@ class FeedPlayer:
         ledger.pulls[self._runs, arms] += 1.0
         self.feed.record(pull)
         self._blocks.append(self.env.round, 1, arms)
-        ledger.conversions += self.env.observe(self.env.end_round())
+        arrived = self.env.observe(self.env.end_round())
+        if not self.policy.ignores_feedback:  # which may be sums only (anonymous feedback): nothing to count
+            ledger.conversions += arrived
         return arms
 
     def weighted(self) -> np.ndarray:

@@ -79,10 +79,11 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 
 def check_runnable(scenario: Scenario) -> None:
     """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it).
-    Attributed conversions can always be summed into anonymous observations (DESIGN.md), not the reverse."""
+    Attributed conversions can always be summed into anonymous observations (DESIGN.md), not the reverse; a
+    policy that reads no feedback at all (uniform, fixed: the first baselines anyone draws) runs under any."""
     for i, spec in enumerate(scenario.policies):
-        consumes = make_policy_for(scenario, spec).feedback
-        if consumes == "attributed" and scenario.feedback != "attributed":
+        policy = make_policy_for(scenario, spec)
+        if policy.feedback == "attributed" and not policy.ignores_feedback and scenario.feedback != "attributed":
             raise ScenarioError(
                 f"policies[{i}] {spec.label!r} learns from attributed conversions, but this scenario's feedback "
                 f"is {scenario.feedback!r}: only sums are observed. Use a policy for anonymous feedback (odaaf, "
