@@ -30,11 +30,10 @@ local function first_time(field, expires)
   return true
 end
 
--- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what a replay computes.
-local function add_float(key, field, value)
-  local total = (tonumber(redis.call('HGET', key, field)) or 0) + tonumber(value)
-  redis.call('HSET', key, field, string.format('%.17g', total))
-end
+-- What the batch adds, written once per field after the loop (per event, these writes were a fifth of the
+-- script's time). Float sums stay IEEE doubles added in event order (HINCRBYFLOAT adds in long double):
+-- bit for bit what a replay computes, since '%.17g' round-trips a double exactly.
+local sums, observed, converted = {}, {}, {}  -- per 's:arm', per 'arm:delay bucket', per 'arm:bucket:' cell
 
 local outcomes = {}
 local entry = {audit, '*'}
@@ -51,15 +50,19 @@ for i, event in ipairs(events) do
     if event_id == '' then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
   else
     -- a counted pull's first conversion, censored or not: its delay is data (memory.py does the same)
-    if counts then redis.call('HINCRBY', delays, arm .. ':' .. delay_bucket, 1) end
+    if counts then
+      local field = arm .. ':' .. delay_bucket
+      observed[field] = (observed[field] or 0) + 1
+    end
     if censored then
       outcome = 'censored'
     elseif not counts then
       outcome = 'stale'
     else
-      add_float(counters, 's:' .. arm, value)
+      local field = 's:' .. arm
+      sums[field] = (sums[field] or tonumber(redis.call('HGET', counters, field)) or 0) + tonumber(value)
       local cell = arm .. ':' .. bucket .. ':'
-      if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', 1) end
+      converted[cell] = (converted[cell] or 0) + 1
       outcome = 'counted'
     end
   end
@@ -68,6 +71,11 @@ for i, event in ipairs(events) do
     entry[#entry + 1] = i .. ':' .. outcome  -- field names must be unique: redis-py reads entries as dicts
     entry[#entry + 1] = record
   end
+end
+for field, total in pairs(sums) do redis.call('HSET', counters, field, string.format('%.17g', total)) end
+for field, count in pairs(observed) do redis.call('HINCRBY', delays, field, count) end
+for cell, count in pairs(converted) do  -- a cell folded into ``matured`` since the decision counts no more
+  if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', count) end
 end
 if #entry > 2 then redis.call('XADD', unpack(entry)) end
 return outcomes
