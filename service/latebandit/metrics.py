@@ -205,6 +205,13 @@ def arm_label(campaign: str, arm: str) -> tuple[str, str]:
     return label, OTHER
 
 
+def gauge_labels(campaign: str, arm: str) -> tuple[str, str] | None:
+    """The labels of a per-arm gauge, or None beyond the caps: gauges cannot be summed, so arms past the cap
+    are not exported at all rather than overwriting each other under "_other"."""
+    labels = arm_label(campaign, arm)
+    return None if OTHER in labels else labels
+
+
 STORE_ERROR_OPERATIONS = ("choose", "choose_audit", "feedback", "campaigns")
 
 
@@ -244,8 +251,8 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
     """Per-arm gauges from the state rows (refreshed with each histogram read, and by GET /state). An
     estimate or index that is undefined (no effective pull yet, or an infinite exploration index) is NaN."""
     for arm, row in rows.items():
-        labels = arm_label(campaign, arm)
-        if OTHER in labels:
+        labels = gauge_labels(campaign, arm)
+        if labels is None:
             continue
         for gauge, key in ((ARM_EFFECTIVE, "effective_pulls"), (ARM_PENDING, "pending"),
                            (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index"),
@@ -258,7 +265,9 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
 def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
     """Per-arm delay gauges from the ``delays`` summaries of the state (service/latebandit/delay_tail.py)."""
     for arm, summary in summaries.items():
-        labels = arm_label(campaign, arm)
+        labels = gauge_labels(campaign, arm)
+        if labels is None:
+            continue
         ARM_OBSERVED_DELAYS.labels(*labels).set(summary["observed"])
         alpha = summary["tail_alpha"]
         ARM_DELAY_TAIL.labels(*labels).set(math.nan if alpha is None else alpha)

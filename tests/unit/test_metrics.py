@@ -69,3 +69,18 @@ def test_observe_all_exports_what_observing_one_by_one_exports() -> None:
     assert one_by_one.keys() == together.keys()
     for key, value in one_by_one.items():
         assert together[key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_delay_gauges_are_not_exported_beyond_the_caps(small_caps: None) -> None:
+    """Per-arm delay gauges follow the same rule as the others: never under "_other" (they cannot be summed,
+    so arms beyond the cap would overwrite each other there)."""
+    summary = {"observed": 7, "tail_alpha": None, "quantiles": {"p50": 60.0, "p90": None, "p99": None}}
+    metrics.publish_delays("delays-capped", {"a": summary, "b": summary, "c": summary})
+
+    def observed(arm: str) -> float | None:
+        labels = {"campaign": "delays-capped", "arm": arm}
+        return REGISTRY.get_sample_value("latebandit_arm_observed_delays", labels)
+
+    assert (observed("a"), observed("b"), observed("c"), observed(metrics.OTHER)) == (7.0, 7.0, None, None)
+    quantile = {"campaign": "delays-capped", "arm": metrics.OTHER, "quantile": "0.5"}
+    assert REGISTRY.get_sample_value("latebandit_arm_delay_quantile_seconds", quantile) is None
