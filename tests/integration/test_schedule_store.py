@@ -306,3 +306,29 @@ async def test_claims_of_one_batch_take_slots_as_one_by_one_claims_would(stores)
     assert [claim.status for claim in rest] == [ClaimStatus.NEW, ClaimStatus.NEW, ClaimStatus.REPEATED]
     assert (await store.schedule_view(campaign)).slot == 5
     assert (await store.snapshot(campaign, 0.0)).counters.decisions == 5
+
+
+async def test_expired_dedup_entries_of_aggregates_are_swept(redis_url: str, redis_prefix: str) -> None:
+    """A planning campaign's deduplication memory shrinks once its entries expire, as an attributed one's
+    does: without the sweep it grew for ever (issue 19). Sizes read straight from Redis."""
+    import redis.asyncio as aioredis
+
+    clock = Clock()
+    store = RedisStore(redis_url, f"{redis_prefix}:{uuid.uuid4().hex[:6]}", clock=clock)
+    campaign = make_campaign(lateness=10**6)
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        await store.create_campaign(campaign, {"type": "campaign"})
+        await store.commit_plan(campaign, 0, plan((0, 50, True)), 0, _plan_record(), clock.now)
+        await claim(store, campaign, clock, 1, "d1")
+        batch = [aggregate(1, 2, 1.0, f"e{i}") for i in range(20)]  # each remembered for 3600 s
+        assert await store.apply_anonymous(campaign, batch, clock.now) == ["counted"] * 20
+        seen, expiry = store.keys.dedup(campaign.id), store.keys.dedup_expiry(campaign.id)
+        assert (await client.hlen(seen), await client.zcard(expiry)) == (20, 20)
+        clock.now += 3601 * SECOND
+        late = [aggregate(3601, 3602, 1.0, "late1"), aggregate(3601, 3602, 1.0, "late2")]  # sweeps up to 2·2 + 16
+        assert await store.apply_anonymous(campaign, late, clock.now) == ["counted"] * 2
+        assert (await client.hlen(seen), await client.zcard(expiry)) == (2, 2)  # only the new ones are left
+    finally:
+        await client.aclose()
+        await store.close()

@@ -64,12 +64,14 @@ MAX_CONNECTIONS = 128
 
 
 def _load_script(name: str) -> str:
-    """A script's source, with the library it names on its first line (``-- requires: lib``) prepended:
-    Redis scripts cannot include each other, and the schedule scripts share their closing rule."""
+    """A script's source, with the libraries it names on its first line (``-- requires: lib, lib``)
+    prepended: Redis scripts cannot include each other, and the schedule scripts share their closing rule,
+    the feedback scripts their deduplication sweep."""
     source = resources.files("latebandit.store").joinpath(f"lua/{name}.lua").read_text()
     first = source.partition("\n")[0]
     if first.startswith(LIBRARY_MARK):
-        return _load_script(first.removeprefix(LIBRARY_MARK).strip()) + source
+        names = first.removeprefix(LIBRARY_MARK).split(",")
+        return "".join(_load_script(library.strip()) for library in names) + source
     return source
 
 

@@ -1,4 +1,4 @@
--- requires: schedule_lib
+-- requires: schedule_lib, dedup_lib
 -- Deduplicate and credit a batch of one planning campaign's aggregates and watermarks, then close the
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (hash), dedup expiry (zset).
@@ -66,6 +66,7 @@ local function credit(start, finish, value)
 end
 
 local events = cjson.decode(ARGV[3])
+sweep(seen, expiry, now_s, 2 * #events + 16)  -- as apply_conversions does: a planning campaign's entries expire too
 local outcomes = {}
 local entry = {audit, '*'}
 local position = 1

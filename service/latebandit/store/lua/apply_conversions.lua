@@ -1,8 +1,9 @@
+-- requires: dedup_lib
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
 -- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset),
 -- delays (hash arm:delay bucket -> count).
--- ARGV: now (µs), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
--- value, expires µs, delay bucket]), audit records (one JSON document per event, joined by newlines), policy
+-- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
+-- value, expires (s), delay bucket]), audit records (one JSON document per event, joined by newlines), policy
 -- version the events were classified against.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
 local counters, cells, audit, seen, expiry, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -11,14 +12,8 @@ if not paused then return {'unknown'} end
 if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[4] then return {'moved'} end
 if paused == '1' then return {'paused'} end
 
--- Forget what has expired (a bounded amount per call, so the cost stays proportional to the batch).
 local events = cjson.decode(ARGV[2])
-local stale = redis.call('ZRANGEBYSCORE', expiry, '-inf', ARGV[1], 'LIMIT', 0, 2 * #events + 16)
-for i = 1, #stale, 1000 do
-  local chunk = {unpack(stale, i, math.min(i + 999, #stale))}
-  redis.call('HDEL', seen, unpack(chunk))
-  redis.call('ZREM', expiry, unpack(chunk))
-end
+sweep(seen, expiry, ARGV[1], 2 * #events + 16)
 
 -- A field whose expiry has passed counts as absent even before the sweep above reaches it.
 local function first_time(field, expires)
