@@ -1,20 +1,18 @@
 # Multi-stage: dependencies and the package are installed into a virtualenv in a build stage (with pip and
-# its caches), then only that virtualenv and the source are copied into a slim runtime that runs as a
-# non-root user. The install is editable because `latebandit migrate` reads migrations/ beside service/.
+# its caches), then only that virtualenv is copied into a slim runtime that runs as a non-root user. A
+# regular install, without the plots extra: the Alembic migrations ship inside the package.
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 RUN python -m venv /venv
 COPY pyproject.toml README.md alembic.ini ./
 COPY service ./service
-COPY migrations ./migrations
-RUN /venv/bin/pip install -e . && /venv/bin/python -m compileall -q service migrations
+RUN /venv/bin/pip install . && /venv/bin/python -m compileall -q /venv
 
 FROM python:3.11-slim AS runtime
 RUN useradd --create-home --uid 10001 --user-group latebandit \
  && install -d -o latebandit -g latebandit /var/lib/latebandit
 COPY --from=build /venv /venv
-COPY --from=build /app /app
 # The working directory is the embedded default's home (SQLite audit file and secret); the code is read-only.
 WORKDIR /var/lib/latebandit
 USER 10001:10001

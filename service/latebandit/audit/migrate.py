@@ -1,8 +1,9 @@
 """Alembic, driven from code: ``latebandit migrate``, the embedded SQLite default's ``create_schema`` and
 the ``serve`` schema check all run the hand-written migrations in ``migrations/`` through its env.py.
 
-``migrations/`` sits at the repository root, beside ``service/`` (which holds the package), so this works
-from a checkout or an editable install (``pip install -e .``) and needs no alembic.ini.
+The migrations ship inside the package (``latebandit/migrations``; the repository's top-level
+``migrations/`` is a link to them, for the alembic CLI and the layout of the design card), so a regular
+install (``pip install .``, as the image does) migrates as a checkout does, and needs no alembic.ini.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 
-import latebandit
-
-MIGRATIONS = Path(latebandit.__file__).resolve().parents[2] / "migrations"
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def alembic_config(sqlalchemy_url: str | None = None) -> Config:

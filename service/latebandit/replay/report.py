@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from latebandit.figures import new_figure
 from latebandit.replay.estimators import Estimate, running
 from latebandit.replay.evaluate import Evaluation
 from latebandit.replay.logged import CampaignLog
@@ -53,9 +54,7 @@ def _when(micros: float) -> datetime:
 
 
 def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  # type: ignore[no-untyped-def]
-    from matplotlib.figure import Figure  # the Agg canvas, no pyplot state, imported only when plotting
-
-    figure = Figure(figsize=(8.0, 4.5))
+    figure = new_figure((8.0, 4.5))
     ax = figure.subplots()
     times = evaluations[0].times
     curves = [(f"{e.label} ({e.primary.estimator})", e.primary) for e in evaluations]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from latebandit.figures import new_figure
 from latebandit.sim.runner import PolicyResult
 
 if TYPE_CHECKING:
@@ -41,12 +42,10 @@ def plot_panels(
     """Write the figure to ``path``. ``markers[panel][label]`` = (rounds, values) drawn as crosses.
     ``ratio_to``: a second row of panels with each policy's mean regret over that policy's, as Pike-Burke
     2018 plots them."""
-    from matplotlib.figure import Figure  # the Agg canvas, no pyplot state, imported only when plotting
-
     columns = min(MAX_COLUMNS, len(panels))
     rows = math.ceil(len(panels) / columns) * (2 if ratio_to else 1)
     heading = textwrap.wrap(title + ("   (× = reference)" if markers else ""), 50 * columns) if title else []
-    figure = Figure(figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows + 0.25 * len(heading)))
+    figure = new_figure((PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows + 0.25 * len(heading)))
     axes = figure.subplots(rows, columns, squeeze=False)
     used = []
     for ax, (name, results) in zip(axes.flat, panels, strict=False):
