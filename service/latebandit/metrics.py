@@ -1,4 +1,4 @@
-"""Prometheus metrics: what an operator asks of a running service (README "Metrics" lists them all).
+"""Prometheus metrics: what an operator asks of a running service (docs/operators.md, "Metrics", lists them all).
 
 Label cardinality is bounded: per worker process, the first ``caps.campaigns`` campaigns seen get their own
 ``campaign`` label (LATEBANDIT_METRICS_CAMPAIGNS, default 200) and, within each, the first ``caps.arms`` arms

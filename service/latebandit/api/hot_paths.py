@@ -1,6 +1,6 @@
 """POST /choose and POST /feedback straight to their handlers.
 
-Measured under load (README, "Benchmarks"), FastAPI's router, dependency solver and exception middleware
+Measured under load (docs/benchmarks.md), FastAPI's router, dependency solver and exception middleware
 cost more per /choose than the decision itself. This ASGI layer sits inside the key gate, the body limit
 and the request log (so every guarantee of those holds) and hands the two hot routes their Request
 directly. Their exceptions go to the handlers the app registered, looked up as Starlette does, so every
