@@ -1,7 +1,7 @@
 """A campaign: its arms, policy, delay model and censoring window, validated once at creation.
 
 The body is CONTRACT.md's; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
-divides the window, which bounds the error of the effective count Ñ (see exposure.py).
+divides the window, which bounds the error of the effective count Ñ (see delays/exposure.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from latebandit.delay_facts import with_delay_facts
-from latebandit.delays import DelayModel, delay_from_spec
+from latebandit.delays.facts import with_delay_facts
+from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.ids import Identifier
 from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
 from latebandit.policies.floor import check_floor
@@ -172,7 +172,7 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def exact_components(self) -> tuple[tuple[float, float], ...]:
-        """The exponential components of F whose moments the histogram keeps (exposure.py): those not
+        """The exponential components of F whose moments the histogram keeps (delays/exposure.py): those not
         much faster than a bucket, so that exp(±λ·w) stays within float range."""
         width = self.bucket_width_us / MICROS
         components = self.delay_model.exponential_components() or ()

@@ -358,7 +358,7 @@ def plan(
     from pydantic import ValidationError
 
     from latebandit.campaign import CampaignSpec
-    from latebandit.plan_cost import measure_plan
+    from latebandit.engine.plan_cost import measure_plan
 
     try:
         spec = CampaignSpec.model_validate_json(campaign.read_bytes())

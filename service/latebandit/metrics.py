@@ -263,7 +263,7 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
 
 
 def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
-    """Per-arm delay gauges from the ``delays`` summaries of the state (service/latebandit/delay_tail.py)."""
+    """Per-arm delay gauges from the ``delays`` summaries of the state (service/latebandit/delays/tail.py)."""
     for arm, summary in summaries.items():
         labels = gauge_labels(campaign, arm)
         if labels is None:

@@ -23,7 +23,7 @@ from latebandit.audit.log import AuditLog
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import Campaign
 from latebandit.config import Settings
-from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.engine.core import DecisionEngine, EngineOptions
 from latebandit.replay.rebuild import restore_memory
 from latebandit.store.base import StateStore, StoreUnavailable
 from latebandit.store.memory import MemoryStore

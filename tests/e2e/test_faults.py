@@ -18,7 +18,7 @@ import psycopg
 import pytest
 import redis
 
-from latebandit.feedback import MAX_EVENTS
+from latebandit.engine.feedback import MAX_EVENTS
 from latebandit.store.keys import Keys
 from tests.e2e.server import Server, cli, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN

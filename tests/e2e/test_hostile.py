@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from latebandit.api.app import MAX_BODY_BYTES, create_app
 from latebandit.api.auth import PUBLIC_PATHS, Scope, required_scope
 from latebandit.config import Settings
-from latebandit.feedback import MAX_EVENTS
+from latebandit.engine.feedback import MAX_EVENTS
 from tests.conftest import REDIS_URL, unavailable
 from tests.e2e.server import Server, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN

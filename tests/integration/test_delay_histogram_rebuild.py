@@ -10,8 +10,8 @@ from latebandit.audit.log import AuditLog
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import CampaignSpec
 from latebandit.config import Settings
-from latebandit.delay_tail import BUCKETS, bucket_of
-from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.delays.tail import BUCKETS, bucket_of
+from latebandit.engine.core import DecisionEngine, EngineOptions
 from latebandit.replay.rebuild import rebuild_redis, restore_memory
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore

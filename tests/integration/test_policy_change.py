@@ -15,7 +15,7 @@ from latebandit.audit.log import AuditLog
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
-from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.engine.core import DecisionEngine, EngineOptions
 from latebandit.replay.rebuild import rebuild_redis, replay_audit
 from latebandit.store.base import CampaignMoved, CampaignRefused, DecisionStatus, StateStore
 from latebandit.store.redis import RedisStore

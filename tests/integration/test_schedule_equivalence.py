@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from latebandit.campaign import CampaignSpec
-from latebandit.engine import DecisionEngine, EngineOptions
+from latebandit.engine.core import DecisionEngine, EngineOptions
 from latebandit.sim.environment import Environment, policy_generator
 from latebandit.sim.runner import make_policy_for
 from latebandit.sim.scenario import scenario_from_mapping

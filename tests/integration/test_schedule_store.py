@@ -265,7 +265,7 @@ def test_observed_of_a_record_counts_its_slots() -> None:
 async def test_a_worker_that_asked_for_the_first_plan_does_not_plan_past_it(stores) -> None:
     """Two workers find no plan; one commits the first. The other must not then plan from it (that would
     replace ODAAF's phase 1 by phase 2 before a slot was played): it plans only after the version it saw."""
-    from latebandit.scheduling import Scheduler
+    from latebandit.engine.scheduling import Scheduler
 
     clock = Clock()
     store, campaign = stores(clock), make_campaign()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from latebandit.delays import FAMILIES, DelayModel, delay_from_spec
+from latebandit.delays.models import FAMILIES, DelayModel, delay_from_spec
 
 MIXTURE = {
     "family": "mixture",

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from latebandit.campaign import CampaignSpec, CampaignStatus
-from latebandit.engine import DecisionEngine, EngineOptions
-from latebandit.feedback import Reason
+from latebandit.engine.core import DecisionEngine, EngineOptions
+from latebandit.engine.feedback import Reason
 from latebandit.store.memory import MemoryStore
 from latebandit.timeutil import MICROS
 from latebandit.tokens import TokenSigner

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from latebandit.delays import delay_from_spec
+from latebandit.delays.models import delay_from_spec
 from latebandit.policies import ArmStats, make_policy
 from latebandit.policies.blockstream import ArmShape, BlockStreamArm, first_continuing
 from latebandit.policies.guha import delay_in_plays

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from latebandit.delay_tail import BUCKETS
+from latebandit.delays.tail import BUCKETS
 from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latebandit.delays import delay_from_spec
+from latebandit.delays.models import delay_from_spec
 from latebandit.sim.accounting import BlockConvolution, DecayedSums, decay_terms, exposure_for
 
 RUNS, ARMS, HORIZON = 5, 3, 700

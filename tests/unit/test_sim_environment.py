@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latebandit.delays import delay_from_spec
+from latebandit.delays.models import delay_from_spec
 from latebandit.sim import environment
 from latebandit.sim.environment import Calendar, Environment, Pull
 from latebandit.sim.scenario import scenario_from_mapping

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from latebandit.delays import delay_from_spec
+from latebandit.delays.models import delay_from_spec
 from latebandit.policies import ArmStats
 from latebandit.sim.accounting import exposure_for
 from latebandit.sim.environment import Environment, Pull

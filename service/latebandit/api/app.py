@@ -30,8 +30,8 @@ from latebandit.api.auth import ApiKeyGate, ApiKeys
 from latebandit.api.hot_paths import Endpoint, HotPaths
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
-from latebandit.engine import CampaignExists, DecisionEngine, UnknownCampaign
-from latebandit.feedback import MAX_EVENTS, Reason
+from latebandit.engine.core import CampaignExists, DecisionEngine, UnknownCampaign
+from latebandit.engine.feedback import MAX_EVENTS, Reason
 from latebandit.ids import Identifier
 from latebandit.logs import RequestLog
 from latebandit.replay.rebuild import replay_audit

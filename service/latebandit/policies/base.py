@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.delays import DelayModel
+from latebandit.delays.models import DelayModel
 from latebandit.policies.indices import exploration
 
 Array = np.ndarray
@@ -33,7 +33,7 @@ class ArmStats:
     t: np.ndarray  # (R,) index of the round being decided = decisions so far + 1
     # Optional, for the policies that declare they need them (Manegueu 2020, QPM-D); None for the others.
     tail_weight: np.ndarray | None = None  # (R, K) W_k = Σ_{pulls of k in the window} ψ(age), ψ the policy's
-    delay_counts: np.ndarray | None = None  # (R, K, B) observed delays per log bucket (latebandit/delay_tail.py)
+    delay_counts: np.ndarray | None = None  # (R, K, B) observed delays per log bucket (latebandit/delays/tail.py)
     band: np.ndarray | None = None  # (R, 2) the answer to a policy's band query: pulls old enough, conversions
     delay_exposure: np.ndarray | None = None  # (R, K, B) pulls at least as old as each delay bucket's upper edge
     pending: np.ndarray | None = None  # (R, K) pulls inside the window with no conversion seen (outcome unknown)

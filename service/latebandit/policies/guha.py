@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.delays import DelayModel
+from latebandit.delays.models import DelayModel
 from latebandit.policies.base import ArmStats, Choice, Param, Policy, Setting
 from latebandit.policies.blockstream import QUIT, STREAM, triangle
 from latebandit.policies.guha_plan import Plan, check_size, largest_depth, shapes_for, solve_plan

@@ -23,10 +23,10 @@ realistic horizon (§2.4: its correction is 5.73/log T̄, still 0.62 at T̄ = 10
 PatientBandits(α_lo), the most pessimistic α allowed. That estimator also needs per-pull delays and round
 ages, which the service does not keep: it runs in the simulator only (``needs_band``), where the
 reproduction `manegueu2020-fig6` shows the collapse. ``estimator`` 1 (default) does what §3.6 recommends
-instead: estimate the tail from the observed delays (the grouped Hill estimate of service/latebandit/delay_tail.py, per
+instead: estimate the tail from the observed delays (the grouped Hill estimate of service/latebandit/delays/tail.py, per
 arm), take its lower confidence bound α̂ − 2·se on the heaviest-tailed arm, and never go below α_lo. It reads
 the per-arm delay histogram the service keeps anyway, so it runs in both. Its α̂ is biased upwards while long
-delays are still unobserved (delay_tail.py), which is why the bound is floored at α_lo and capped at 1.
+delays are still unobserved (delays/tail.py), which is why the bound is floored at α_lo and capped at 1.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.delay_tail import tail_exponent
+from latebandit.delays.tail import tail_exponent
 from latebandit.policies.base import ArgmaxPolicy, ArmStats, Array, Envelope, Param
 
 ALPHA_CAP = 1.0  # α̂ <= 1 in Algorithm 2; beyond, the paper's term no longer changes (β = min(α, 1/2))

@@ -24,11 +24,11 @@ from latebandit.audit.export import record_to_line
 from latebandit.audit.records import Record
 from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
 from latebandit.config import Settings
-from latebandit.engine import describe_state
-from latebandit.exposure import bucket_moments
-from latebandit.feedback import Conversion, prepare
+from latebandit.delays.exposure import bucket_moments
+from latebandit.engine.core import describe_state
+from latebandit.engine.feedback import Conversion, prepare
+from latebandit.engine.scheduling import describe_schedule
 from latebandit.policies.schedule import Plan
-from latebandit.scheduling import describe_schedule
 from latebandit.store.base import AnonymousEvent, CampaignRefused, Pull
 from latebandit.store.memory import MemoryStore
 from latebandit.store.schedule import ClaimStatus

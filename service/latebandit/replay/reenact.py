@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.engine import arm_stats
-from latebandit.exposure import bucket_moments, exposure
-from latebandit.feedback import Conversion, prepare
+from latebandit.delays.exposure import bucket_moments, exposure
+from latebandit.engine.core import arm_stats
+from latebandit.engine.feedback import Conversion, prepare
 from latebandit.policies.base import ArmStats
 from latebandit.replay.logged import CampaignLog, LoggedDecision
 from latebandit.store.base import Pull

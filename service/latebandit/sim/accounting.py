@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from latebandit.delays import DelayModel, Geometric, Mixture
+from latebandit.delays.models import DelayModel, Geometric, Mixture
 from latebandit.sim.environment import Ring, one_hot
 
 BLOCK = 64  # decisions per matrix product in BlockConvolution

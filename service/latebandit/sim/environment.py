@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latebandit.delay_facts import support_end
+from latebandit.delays.facts import support_end
 from latebandit.sim.scenario import Scenario
 
 WORLD_STREAM = 0  # spawn keys: (WORLD_STREAM, run) for the world of a run, (POLICY_STREAM,) for policies

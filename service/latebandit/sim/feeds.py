@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from latebandit.delay_facts import support_end
+from latebandit.delays.facts import support_end
 from latebandit.policies import ArmStats, Policy
 from latebandit.sim.accounting import Exposure, exposure_for
 from latebandit.sim.environment import Calendar, Environment, Pull, Ring, one_hot

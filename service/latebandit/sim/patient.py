@@ -1,10 +1,10 @@
 """What the Manegueu 2020 policies are shown in the simulator, each piece exact and O(1) per round in the
-number of past pulls (the service keeps the same quantities in bounded time buckets, exposure.py):
+number of past pulls (the service keeps the same quantities in bounded time buckets, delays/exposure.py):
 
 - ``tail_weight``: W_k = Σ_{pulls of k} ψ(age)·1{age < m}, a causal convolution of the pull indicators
   with the policy's envelope, so the block convolution of accounting.py computes it exactly;
 - ``delay_counts``: observed delays (reveal round − pull round) per arm in the log buckets of
-  service/latebandit/delay_tail.py, scheduled at pull time and counted when they are revealed;
+  service/latebandit/delays/tail.py, scheduled at pull time and counted when they are revealed;
 - ``band``: Algorithm 2's answer for the policy's query (arm Ī, d, D): among the pulls of Ī at least D
   rounds old, how many, and how many revealed a reward with delay in (d, D]. D, d and the age cut-off only
   grow, by at most one per round, so per arm a histogram of the lags of the pulls older than the cut-off and
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from latebandit.delay_tail import BUCKETS, bucket_of, upper_edges
+from latebandit.delays.tail import BUCKETS, bucket_of, upper_edges
 from latebandit.policies import ArmStats, Policy
 from latebandit.policies.manegueu import AdaptPatientBandits, PatientBandits
 from latebandit.sim import feeds

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from latebandit.delay_facts import FACT_PARAMS, delay_fact, with_delay_facts
-from latebandit.delays import DelayModel, delay_from_spec
+from latebandit.delays.facts import FACT_PARAMS, delay_fact, with_delay_facts
+from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
 from latebandit.policies.floor import check_floor
 

@@ -3,7 +3,7 @@
 The per-campaign state does not depend on the policy: raw counters per arm, a histogram of the
 pulls still inside the censoring window (per arm and time bucket: count, summed offset (ms) inside the bucket,
 summed exponential moments, conversions seen), and per arm the counts of observed conversion delays in the
-fixed log-spaced buckets of service/latebandit/delay_tail.py. Every field only ever grows by addition, so the state does
+fixed log-spaced buckets of latebandit/delays/tail.py. Every field only ever grows by addition, so the state does
 not depend on the order in which events arrive, and a replay of the audit log rebuilds it exactly.
 A bucket whose pulls are all older than the window is folded into the arm's ``matured`` counter, which
 keeps the state bounded by the window, not by traffic.
@@ -21,7 +21,7 @@ import numpy as np
 from latebandit.audit.queue import AuditQueue
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus
-from latebandit.delay_tail import BUCKETS
+from latebandit.delays.tail import BUCKETS
 from latebandit.policies.schedule import Plan
 from latebandit.store.schedule import Claim, ScheduleView
 

@@ -39,7 +39,7 @@ class Keys:
         return self._tagged(campaign, "cells")
 
     def delays(self, campaign: str) -> str:
-        """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/latebandit/delay_tail.py)."""
+        """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/latebandit/delays/tail.py)."""
         return self._tagged(campaign, "delays")
 
     def audit(self, campaign: str) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus
-from latebandit.delay_tail import BUCKETS
+from latebandit.delays.tail import BUCKETS
 from latebandit.policies.schedule import Plan
 from latebandit.store.base import (
     AnonymousEvent,

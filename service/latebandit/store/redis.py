@@ -35,7 +35,7 @@ from latebandit import metrics
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus
-from latebandit.delay_tail import BUCKETS
+from latebandit.delays.tail import BUCKETS
 from latebandit.policies.schedule import Observed, Plan, Segment
 from latebandit.store.base import (
     AnonymousEvent,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from latebandit.delays import delay_from_spec
+from latebandit.delays.models import delay_from_spec
 from latebandit.policies.indices import kl_bernoulli
 from latebandit.sim.reproductions.base import (
     Check,

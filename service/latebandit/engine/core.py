@@ -18,9 +18,9 @@ import numpy as np
 from latebandit import metrics
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
-from latebandit.delay_tail import delay_summary
-from latebandit.exposure import Exposure, bucket_moments, campaign_stats, exposure
-from latebandit.feedback import (
+from latebandit.delays.exposure import Exposure, bucket_moments, campaign_stats, exposure
+from latebandit.delays.tail import delay_summary
+from latebandit.engine.feedback import (
     Conversion,
     Reason,
     Rejection,
@@ -29,12 +29,12 @@ from latebandit.feedback import (
     parse_conversion,
     prepare_batch,
 )
-from latebandit.group_commit import GroupCommit
-from latebandit.planner import Planner
+from latebandit.engine.group_commit import GroupCommit
+from latebandit.engine.planner import Planner
+from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
 from latebandit.policies.base import EPS_N, ArmStats
 from latebandit.policies.floor import with_floor
 from latebandit.policies.guha import GuhaBayes
-from latebandit.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
 from latebandit.store.base import (
     AnonymousEvent,
     CampaignMoved,
@@ -536,7 +536,7 @@ def _number(value: float) -> float | None:
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
     """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
-    arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delay_tail.py)."""
+    arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delays/tail.py)."""
     seen = exposure(campaign, state, as_of)
     arms = arm_rows(campaign, state, seen)
     for arm, summary in delay_rows(campaign, state, seen).items():

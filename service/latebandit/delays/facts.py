@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from latebandit.delays import DelayModel, Empirical, Exponential, Fixed, Geometric, Mixture, Pareto, Uniform
+from latebandit.delays.models import DelayModel, Empirical, Exponential, Fixed, Geometric, Mixture, Pareto, Uniform
 
 FACT_PARAMS = {"mean_delay": "mean", "max_delay": "bound", "delay_variance": "variance"}
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from latebandit.audit.records import Record
 from latebandit.campaign import Campaign
-from latebandit.delay_tail import bucket_of
+from latebandit.delays.tail import bucket_of
 from latebandit.ids import is_identifier
 from latebandit.store.base import AnonymousEvent, PreparedConversion
 from latebandit.timeutil import MICROS, parse_time

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latebandit.campaign import MAX_EXACT_DECAY, Campaign
-from latebandit.delay_tail import BUCKETS, upper_edges
+from latebandit.delays.tail import BUCKETS, upper_edges
 from latebandit.policies.base import ArmStats, Envelope
 from latebandit.store.base import Histogram, StateSnapshot
 from latebandit.timeutil import MICROS
