@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         description="inline: each API worker drains the audit queue; external: `latebandit audit-writer` does "
         "(the embedded default always drains inline: its queue is in process memory)",
     )
+    spool_dir: Path | None = Field(
+        default=None,
+        description="where API workers spool the audit records of fallback decisions while Redis is away; "
+        "unset = ./latebandit-spool/<redis_prefix> (keep it on a volume that outlives the process)",
+    )
+    spool_limit: int = Field(default=1 << 30, ge=1 << 20, description="bytes one worker may spool before refusing")
     audit_metrics_port: int = Field(default=9101, description="where `latebandit audit-writer` serves /metrics")
     log_level: str = Field(default="info", description="debug, info (one access line per request), warning, error")
     metrics_campaigns: int = Field(default=200, ge=1, description="campaigns with their own metric labels, per worker")
@@ -73,6 +79,11 @@ class Settings(BaseSettings):
     def drains_inline(self) -> bool:
         """Whether API workers drain the audit queue themselves (else a `latebandit audit-writer` does)."""
         return self.embedded or self.audit_writer == "inline"
+
+    def spool_path(self) -> Path:
+        """The spool directory of this deployment: one per Redis prefix, so that deployments sharing a machine
+        never hand over each other's decisions."""
+        return self.spool_dir or Path("latebandit-spool") / self.redis_prefix
 
     def secret_file(self) -> Path:
         """Where the embedded default keeps its generated secret: beside its SQLite file."""

@@ -160,6 +160,12 @@ AUDIT_BACKLOG = Gauge(
 AUDIT_LAG = Gauge(
     "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max"
 )
+SPOOL_RECORDS = Gauge(
+    "latebandit_audit_spool_records",
+    "Fallback decisions spooled on local disk while Redis was away, not yet handed to the audit log",
+    multiprocess_mode="livesum",
+)
+SPOOL_FULL = Counter("latebandit_audit_spool_full_total", "Fallback decisions refused: the spool held its limit")
 
 PLAN_SECONDS = Gauge(
     "latebandit_plan_seconds", "Wall time of the last plan solve (guha-bayes)", ["campaign"], multiprocess_mode="max"

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from latebandit import metrics
 from latebandit.audit.log import AuditLog
+from latebandit.audit.spool import Spool
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import Campaign
 from latebandit.config import Settings
@@ -34,6 +35,7 @@ from latebandit.tokens import TokenSigner
 log = logging.getLogger("latebandit")
 
 DIAGNOSTICS_EVERY = 5.0  # seconds between publications of the per-arm gauges (engine.publish_diagnostics)
+SPOOL_EVERY = 1.0  # seconds between hand-overs of spooled fallback decisions to the audit log
 BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
 
 
@@ -98,7 +100,10 @@ class Runtime:
             return None if config is None else Campaign.model_validate(config)
 
         signer = TokenSigner(load_secret(settings))
-        engine = DecisionEngine(store, signer, wall_clock, np.random.default_rng(), options, durable, from_history)
+        spool = None if settings.embedded else Spool(settings.spool_path(), settings.spool_limit)
+        engine = DecisionEngine(
+            store, signer, wall_clock, np.random.default_rng(), options, durable, from_history, spool
+        )
         return cls(settings, store, audit, writer, engine)
 
     async def start(self) -> None:
@@ -109,6 +114,8 @@ class Runtime:
             self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
         self.tasks.append(asyncio.create_task(watch_audit(self.store, self.audit, self._inline_writer(), self.stop)))
         self.tasks.append(asyncio.create_task(self._publish_diagnostics()))
+        if self.engine.spool is not None:
+            self.tasks.append(asyncio.create_task(hand_over_spool(self.engine.spool, self.audit, self.stop)))
         settle_heap()
 
     def _prepare_schema(self) -> None:
@@ -151,6 +158,8 @@ class Runtime:
                 await task
         with contextlib.suppress(Exception):
             await self.writer.flush()
+        if self.engine.spool is not None:
+            self.engine.spool.close()
         if isinstance(self.store, RedisStore):
             await self.store.close()
         self.audit.dispose()
@@ -184,6 +193,20 @@ async def watch_audit(store: StateStore, audit: AuditLog, writer: AuditWriter | 
             metrics.AUDIT_UP.set(0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=BACKLOG_EVERY)
+
+
+async def hand_over_spool(spool: Spool, audit: AuditLog, stop: asyncio.Event) -> None:
+    """Every SPOOL_EVERY seconds, and once more at shutdown: hand this worker's spooled fallback decisions,
+    and those a dead worker left, to the audit log. While the database is away they wait on disk."""
+    while True:
+        try:
+            await spool.hand_over(audit)
+        except Exception as error:  # the database is down or refused: the files stay, retried next time
+            log.warning("spooled fallback decisions wait for the audit log: %s", error)
+        if stop.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=SPOOL_EVERY)
 
 
 async def run_audit_writer(settings: Settings, stop: asyncio.Event) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from latebandit import metrics
 from latebandit.audit.records import Outcome, Record
+from latebandit.audit.spool import Spool, SpoolFull
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.delays.exposure import Exposure, bucket_moments, campaign_stats, exposure
 from latebandit.delays.tail import delay_summary
@@ -123,6 +124,7 @@ class DecisionEngine:
         options: EngineOptions,
         after_write: Callable[[], Awaitable[None]] | None = None,
         from_history: Callable[[str], Awaitable[Campaign | None]] | None = None,
+        spool: Spool | None = None,
     ) -> None:
         self.store = store
         self.signer = signer
@@ -132,6 +134,7 @@ class DecisionEngine:
         self._after_write = after_write  # the embedded mode makes each write durable before answering
         # The campaign as the audit log knows it: the store may have lost it, or be unreachable.
         self._from_history = from_history
+        self.spool = spool  # where fallback decisions' audit records go while the store is unreachable
         self._campaigns: dict[str, Campaign] = {}
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
@@ -218,19 +221,25 @@ class DecisionEngine:
                 if campaign is None:
                     raise
                 self._campaigns[campaign_id] = campaign
-                return self._store_down(campaign, now)
+                return await self._store_down(campaign, now, request_id)
             try:
                 return await self._decide(campaign, now, request_id)
             except CampaignMoved:
                 continue
             except StoreUnavailable:
-                return self._store_down(campaign, now)
+                return await self._store_down(campaign, now, request_id)
         raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
-    def _store_down(self, campaign: Campaign, now: int) -> Decision:
-        """Nothing can be recorded: the decision id alone marks the pull as uncounted."""
+    async def _store_down(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
+        """Nothing can be recorded in the store: the decision id alone marks the pull as uncounted, and its
+        audit record waits in the spool (answered only once it is on disk there)."""
         metrics.STORE_ERRORS.labels("choose").inc()
-        pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, None, fallback=True)
+        pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
+        if self.spool is not None:
+            try:
+                await self.spool.append(pull.record)
+            except (SpoolFull, OSError) as error:
+                raise StoreUnavailable(f"store unreachable and the decision cannot be audited: {error}") from error
         return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
                             "fallback_store_down")  # fmt: skip
 
