@@ -11,7 +11,7 @@ RUN /venv/bin/pip install . && /venv/bin/python -m compileall -q /venv
 
 FROM python:3.11-slim AS runtime
 RUN useradd --create-home --uid 10001 --user-group latebandit \
- && install -d -o latebandit -g latebandit /var/lib/latebandit
+ && install -d -o latebandit -g latebandit /var/lib/latebandit /var/spool/latebandit
 COPY --from=build /venv /venv
 # The working directory is the embedded default's home (SQLite audit file and secret); the code is read-only.
 WORKDIR /var/lib/latebandit

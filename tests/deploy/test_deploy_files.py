@@ -122,6 +122,9 @@ def test_compose_services_ports_files_and_settings_exist() -> None:
     scrape = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["scrape_configs"][0]
     assert scrape["static_configs"][0]["targets"] == [f"api:{port}"]
     assert any(mount.endswith("/etc/prometheus/alerts.yml:ro") for mount in services["prometheus"]["volumes"])
+    spool = api["environment"]["LATEBANDIT_SPOOL_DIR"]  # on a volume that outlives the container
+    sources = {mount.split(":")[1]: mount.split(":")[0] for mount in api["volumes"]}
+    assert sources[spool] in compose()["volumes"]  # a named volume
 
 
 # Dockerfile -------------------------------------------------------------------------------------------
@@ -237,6 +240,10 @@ def test_manifests_fit_together() -> None:
             objects["ConfigMap"]["metadata"]["name"], objects["Secret"]["metadata"]["name"]}  # fmt: skip
     settings = {**objects["ConfigMap"]["data"], **objects["Secret"]["stringData"]}
     assert settings.keys() <= SETTINGS
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    spool = volumes[mounts[settings["LATEBANDIT_SPOOL_DIR"]]]  # writable under the read-only root file system
+    assert "emptyDir" in spool or "persistentVolumeClaim" in spool
     assert {"LATEBANDIT_API_KEYS", "LATEBANDIT_SECRET", "LATEBANDIT_DATABASE_URL"} <= objects["Secret"][
         "stringData"
     ].keys()

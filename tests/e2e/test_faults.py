@@ -234,3 +234,43 @@ def test_a_decision_is_answered_by_a_worker_that_never_saw_the_campaign(tmp_path
                 assert unknown == (503 if outage == redis_node.kill else 404)
                 event = {"type": "conversion", "decision_id": answer.json()["decision_id"], "occurred_at": now_iso()}
                 assert http.post("/feedback", json={"events": [event]}).status_code == 503
+
+
+def test_fallback_decisions_are_audited_even_when_their_worker_is_killed(tmp_path, postgres_url) -> None:
+    """Redis and PostgreSQL both away: the workers answer fallbacks, each spooled on disk before it is
+    answered; then every worker is killed with kill -9, holding its spool. Once the stores are back, the
+    workers uvicorn started in their place hand the spools over: every answered decision is in the audit
+    log, once."""
+    with redis_server(tmp_path / "redis") as redis_node, tcp_proxy(postgres_url) as (proxy, proxied):
+        env = service_env(tmp_path, redis_url=redis_node.url, database_url=proxied)
+        cli(env, tmp_path, "migrate")
+        with running(env, tmp_path, workers=2) as server:
+            with server.client() as http:
+                create_campaigns(http)
+            proxy.cut()
+            redis_node.kill()
+            answered: set[str] = set()
+            deadline = time.monotonic() + 60
+            while len(answered) < 20:  # a fresh connection each time, to reach both workers
+                assert time.monotonic() < deadline, f"only {len(answered)} fallbacks answered"
+                with server.client() as http:
+                    answer = http.post("/choose", json={"campaign": NAMES[0]})
+                if answer.status_code == 200:  # 503 from a worker that never cached the campaign
+                    assert answer.json()["fallback"] is True
+                    answered.add(answer.json()["decision_id"])
+            dead = workers(server)
+            for pid in dead:
+                os.kill(pid, signal.SIGKILL)
+            until(lambda: len(set(workers(server)) - set(dead)) == 2, "uvicorn replacing the killed workers")
+            proxy.restore()
+            redis_node.start()
+
+            def audited() -> list[str]:
+                with psycopg.connect(postgres_url) as db:
+                    rows = db.execute("SELECT decision_id FROM audit_decisions WHERE fallback").fetchall()
+                return [row[0] for row in rows]
+
+            until(lambda: answered <= set(audited()), "the spooled decisions reaching the audit log", timeout=60)
+            assert len(audited()) == len(set(audited())), "a spooled decision audited twice"
+            spool = tmp_path / "latebandit-spool" / "lb"
+            until(lambda: len(list(spool.glob("*.lock"))) == 2, "the killed workers' spools being removed")
