@@ -12,6 +12,7 @@ from latebandit.campaign import CampaignSpec
 from latebandit.config import Settings
 from latebandit.delays.tail import BUCKETS, bucket_of
 from latebandit.engine.core import DecisionEngine, EngineOptions
+from latebandit.replay.apply import Replayer, records_as_lines
 from latebandit.replay.rebuild import rebuild_redis, restore_memory
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
@@ -64,5 +65,44 @@ async def test_rebuilds_restore_the_delay_histogram(tmp_path, redis_url: str, re
         async for key in rebuilt.client.scan_iter(match=f"{redis_prefix}r:*"):
             await rebuilt.client.delete(key)
         await rebuilt.close()
+        await live.close()
+        audit.dispose()
+
+
+async def test_a_conversion_after_window_and_retention_changes_nothing_and_replay_forgets_its_decision(
+    tmp_path, redis_url: str, redis_prefix: str
+) -> None:
+    """Past its window plus the dedup retention, the service no longer knows whether a decision converted:
+    a conversion then is recorded and changes nothing, not even the observed delays (a retry would count
+    twice). So a replay may forget such a decision, which keeps its memory to one window of traffic."""
+    clock = [T0]
+    live = RedisStore(redis_url, redis_prefix, clock=lambda: clock[0])
+    signer = TokenSigner("secret")
+    settings = Settings(dedup_retention=600.0, max_skew=300.0)
+    options = EngineOptions(dedup_retention=settings.dedup_retention)
+    engine = DecisionEngine(live, signer, lambda: clock[0], np.random.default_rng(0), options)
+    spec = CampaignSpec(id="c", arms=["a", "b"], policy={"name": "adapt-patient-bandits"}, window=3600.0)
+    campaign = await engine.create_campaign(spec)
+    old = await engine.choose("c")
+    clock[0] += (3600 + 600 + 300 + 1) * 1_000_000  # window, retention and the replay's skew margin: all past
+    recent = [await engine.choose("c") for _ in range(3)]
+    before = await live.snapshot(campaign)
+    late = {"type": "conversion", "event_id": "late", "decision_id": old.decision_id,
+            "occurred_at": format_time(T0 + 10_000_000)}  # fmt: skip
+    assert (await engine.feedback([late])).body()["censored"] == 1
+    after = await live.snapshot(campaign)
+    np.testing.assert_array_equal(after.delay_counts(), before.delay_counts())
+    np.testing.assert_array_equal(after.counters.conversions, before.counters.conversions)
+
+    audit = AuditLog(f"sqlite:///{tmp_path / 'audit.db'}")
+    audit.create_schema()
+    try:
+        await AuditWriter(live, audit, 1000).flush()
+        replayer = Replayer(None, settings)
+        await replayer.apply_all(records_as_lines(audit.records(None, None, None)))
+        assert replayer.skipped["conversion_after_retention"] == 1
+        assert set(replayer.decisions) == {decision.decision_id for decision in recent}  # the old one forgotten
+        assert await replayer.state("c", clock[0]) == await engine.state("c")
+    finally:
         await live.close()
         audit.dispose()

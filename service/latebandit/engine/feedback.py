@@ -138,7 +138,9 @@ def prepare_batch(
             prepared.append(Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have"))
             continue
         # Beyond the window plus the dedup retention the service no longer remembers whether the decision
-        # converted, so a retry could not be recognised: such a late arrival is recorded, never counted.
+        # converted, so a retry could not be recognised: such a late arrival is recorded and changes nothing
+        # (not even the observed delays, which a retry would count twice). That is also why a replay may
+        # forget a decision once it is that old (replay/apply.py).
         forgotten = received_at > conversion.decided_at + window + retention_us
         remaining = (conversion.decided_at + window - received_at) / MICROS
         record: Record = {
@@ -153,7 +155,7 @@ def prepare_batch(
                 arm=conversion.arm,
                 bucket=conversion.decided_at // campaign.bucket_width_us,
                 value=conversion.value,
-                counts=conversion.pull_counted and conversion.version == campaign.version,
+                counts=conversion.pull_counted and conversion.version == campaign.version and not forgotten,
                 censored=delay > window or forgotten,
                 event_id=conversion.event_id,
                 dedup_ttl=math.ceil(max(0.0, remaining) + retention),

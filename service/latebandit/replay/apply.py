@@ -5,6 +5,11 @@ Time is virtual: it is the latest event time seen, and ``as_of`` cuts the log (d
 conversions occurred after it are left out). Conversions whose decision line is missing from the log
 cannot be attributed to a pull and are skipped and counted in ``skipped``.
 
+The log is streamed, and so is what the replay holds of it: a decision is forgotten once its campaign's
+log has moved past its window plus the dedup retention, because a conversion arriving after that changes
+nothing in the service either (engine/feedback.py, ``forgotten``). Memory follows the traffic of one
+window, not the length of the log.
+
 A planning campaign (ODAAF, ARS-*, CLW) is replayed from its plan lines (the plans the service committed,
 with the RNG draws they embody) and its decisions, aggregates and watermarks at the times the service
 recorded them, which rebuilds its schedule exactly.
@@ -13,7 +18,7 @@ recorded them, which rebuilds its schedule exactly.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +37,7 @@ from latebandit.policies.schedule import Plan
 from latebandit.store.base import AnonymousEvent, CampaignRefused, Pull
 from latebandit.store.memory import MemoryStore
 from latebandit.store.schedule import ClaimStatus
-from latebandit.timeutil import parse_time
+from latebandit.timeutil import MICROS, parse_time
 
 
 @dataclass(frozen=True)
@@ -66,10 +71,16 @@ class Replayer:
         self.now = 0
         self.as_of = as_of
         self.retention = settings.dedup_retention
+        self._retention_us = round(settings.dedup_retention * MICROS)
+        self._skew_us = round(settings.max_skew * MICROS)
         self.request_ttl = math.ceil(settings.request_ttl)
         self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
         self.campaigns: dict[str, Campaign] = {}
         self.decisions: dict[str, LoggedDecision] = {}
+        # Per campaign, its decisions in log order with the moment they may be forgotten, and the latest
+        # event time of its log (campaigns follow one another in an audit log, so each has its own clock).
+        self._forgettable: defaultdict[str, deque[tuple[int, str]]] = defaultdict(deque)
+        self._latest: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
 
     def _advance(self, moment: int) -> bool:
@@ -169,9 +180,13 @@ class Replayer:
             return
         arm = campaign.arm_index[line["arm"]]
         counted = not line.get("fallback", False)
+        self._forget_old_decisions(campaign, at)
         self.decisions[line["decision_id"]] = LoggedDecision(
             campaign.id, arm, at, counted, line.get("version", campaign.version)
         )
+        # Forgotten a max_skew after that: the workers' clocks, which stamped the log, may differ by as much.
+        forget_at = at + campaign.window_us + self._retention_us + self._skew_us
+        self._forgettable[campaign.id].append((forget_at, line["decision_id"]))
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
         pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {"at": at})
@@ -183,10 +198,24 @@ class Replayer:
             await self.store.record_decision(campaign, pull, None, self.request_ttl)
         self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)
 
+    def _forget_old_decisions(self, campaign: Campaign, moment: int) -> None:
+        """Drop the decisions of ``campaign`` that no conversion received from ``moment`` on can change."""
+        self._latest[campaign.id] = latest = max(self._latest[campaign.id], moment)
+        aging = self._forgettable[campaign.id]
+        while aging and aging[0][0] < latest:
+            self.decisions.pop(aging.popleft()[1], None)
+
     async def _conversion(self, line: dict[str, Any]) -> None:
         decision = self.decisions.get(line["decision_id"])
         if decision is None:
-            self.skipped["conversion_without_decision"] += 1
+            campaign = self.campaigns.get(line["campaign"])
+            late = (
+                campaign is not None
+                and {"decided_at", "received_at"} <= line.keys()
+                and parse_time(line["received_at"]) - parse_time(line["decided_at"])
+                > campaign.window_us + self._retention_us
+            )
+            self.skipped["conversion_after_retention" if late else "conversion_without_decision"] += 1
             return
         occurred_at = parse_time(line["occurred_at"])
         received = parse_time(line["received_at"]) if "received_at" in line else occurred_at
