@@ -5,9 +5,21 @@ moment the conversion belongs to, and whether its pull was counted (not a fallba
 version). The signature makes a forged or corrupted id fail verification; the random nonce makes two
 decisions of the same arm in the same microsecond distinct.
 
-Layout: ``base64url(payload) + "." + base64url(HMAC-SHA256(secret, payload)[:16])`` with payload
-``campaign|arm index|decided_at µs|policy version|nonce|flags``. Ids cannot contain ``|`` (ids.py), and a
-128-character campaign id still gives a token under the 256 characters CONTRACT.md allows.
+Layout: ``base64url(payload) + "." + base64url(HMAC-SHA256(key, payload)[:16])``, the payload packed
+big-endian: format byte 1, key id (2 bytes), flags (1: fallback), arm index (uint16), decided_at
+(µs, int64), policy version (uint32), nonce (6 bytes), then the campaign id (ASCII, at most 128 bytes).
+So an id is at most 226 characters, within the 256 of CONTRACT.md, which fixes no more than that.
+
+Rotation: the key id names the secret that signed the token (the first two bytes of
+HMAC-SHA256(secret, "latebandit key id"), which tell nothing about the secret), so verification takes
+that key straight away: one HMAC per id whatever the number of keys held. The signer holds the current
+secret, which signs, and the previous ones, which only verify: an id signed before a rotation keeps
+verifying while its secret is listed (keep it for the longest window, plus the deduplication
+retention). An id naming a key not held is refused like any other bad id.
+
+Ids issued before key ids existed (a text payload ``campaign|arm|µs|version|hex nonce|flags``, whose
+first byte is a campaign id's character, never 1) verify against each held key in turn, so an upgrade
+strands no pending conversion; none is issued any more.
 """
 
 from __future__ import annotations
@@ -16,15 +28,22 @@ import base64
 import binascii
 import hmac
 import os
+import struct
+from collections.abc import Iterable
 from typing import NamedTuple
 
 MAX_TOKEN_LENGTH = 256
 _SIGNATURE_BYTES = 16
-_FALLBACK_FLAG = "f"
+_KEYED_FORMAT = b"\x01"  # the first payload byte of an id with a key id
+_KEY_ID_BYTES = 2
+_FIELDS = struct.Struct(">?HqI6s")  # flags, arm, decided_at, version, nonce: after format and key id
+_HEADER_BYTES = 1 + _KEY_ID_BYTES + _FIELDS.size
+_KEY_ID_LABEL = b"latebandit key id"
+_LEGACY_FALLBACK_FLAG = "f"
 
 
 class InvalidToken(ValueError):
-    """The decision id is malformed, corrupted, or was not signed with this service's secret."""
+    """The decision id is malformed, corrupted, or was not signed with a key this service holds."""
 
 
 class DecisionToken(NamedTuple):
@@ -34,12 +53,17 @@ class DecisionToken(NamedTuple):
     arm: int
     decided_at: int  # epoch microseconds
     version: int
-    nonce: str
+    nonce: bytes  # 6 random bytes
     fallback: bool = False
 
 
-def new_nonce() -> str:
-    return os.urandom(6).hex()
+def new_nonce() -> bytes:
+    return os.urandom(6)
+
+
+def key_id(secret: bytes) -> bytes:
+    """The 2 bytes a token carries to name the secret that signed it."""
+    return hmac.digest(secret, _KEY_ID_LABEL, "sha256")[:_KEY_ID_BYTES]
 
 
 def _b64(data: bytes) -> str:
@@ -55,17 +79,36 @@ def _unb64(text: str) -> bytes:
     return binascii.a2b_base64((text + "=" * (-len(text) % 4)).encode("ascii").translate(_FROM_URLSAFE))
 
 
-class TokenSigner:
-    def __init__(self, secret: str | bytes) -> None:
-        self._key = secret.encode() if isinstance(secret, str) else secret
+def _signature(key: bytes, payload: bytes) -> bytes:
+    return hmac.digest(key, payload, "sha256")[:_SIGNATURE_BYTES]
 
-    def _signature(self, payload: bytes) -> bytes:
-        return hmac.digest(self._key, payload, "sha256")[:_SIGNATURE_BYTES]
+
+def _as_bytes(secret: str | bytes) -> bytes:
+    return secret.encode() if isinstance(secret, str) else secret
+
+
+class TokenSigner:
+    """Signs with ``secret``; verifies what ``secret`` or any of ``previous`` signed."""
+
+    def __init__(self, secret: str | bytes, previous: Iterable[str | bytes] = ()) -> None:
+        self._key = _as_bytes(secret)
+        self._prefix = _KEYED_FORMAT + key_id(self._key)
+        self._keys: dict[bytes, bytes] = {}
+        for key in (self._key, *map(_as_bytes, previous)):
+            known = self._keys.setdefault(key_id(key), key)
+            if known != key:
+                raise ValueError(
+                    "two of the configured secrets have the same key id (a 1 in 65,536 chance): "
+                    "generate another current secret"
+                )
 
     def sign(self, token: DecisionToken) -> str:
-        flags = _FALLBACK_FLAG if token.fallback else ""
-        payload = f"{token.campaign}|{token.arm}|{token.decided_at}|{token.version}|{token.nonce}|{flags}".encode()
-        return f"{_b64(payload)}.{_b64(self._signature(payload))}"
+        payload = (
+            self._prefix
+            + _FIELDS.pack(token.fallback, token.arm, token.decided_at, token.version, token.nonce)
+            + token.campaign.encode()
+        )
+        return f"{_b64(payload)}.{_b64(_signature(self._key, payload))}"
 
     def verify(self, decision_id: str) -> DecisionToken:
         if not isinstance(decision_id, str) or len(decision_id) > MAX_TOKEN_LENGTH:
@@ -75,14 +118,32 @@ class TokenSigner:
             payload, given = _unb64(body), _unb64(signature)
         except (binascii.Error, ValueError) as error:
             raise InvalidToken("decision_id is not a token this service issued") from error
-        if not hmac.compare_digest(given, self._signature(payload)):
+        if payload[:1] != _KEYED_FORMAT:
+            return self._verify_legacy(payload, given)
+        key = self._keys.get(payload[1 : 1 + _KEY_ID_BYTES])
+        if key is None:
+            raise InvalidToken("decision_id was signed with a key this service does not hold (rotated out?)")
+        if not hmac.compare_digest(given, _signature(key, payload)):
             raise InvalidToken("decision_id signature does not verify")
-        return parse_payload(payload)
+        try:
+            fallback, arm, decided_at, version, nonce = _FIELDS.unpack_from(payload, 1 + _KEY_ID_BYTES)
+            return DecisionToken(payload[_HEADER_BYTES:].decode(), arm, decided_at, version, nonce, fallback)
+        except (struct.error, UnicodeDecodeError) as error:
+            raise InvalidToken("decision_id payload is malformed") from error
+
+    def _verify_legacy(self, payload: bytes, given: bytes) -> DecisionToken:
+        """An id of the text layout that had no key id: whichever held key signed it."""
+        for key in self._keys.values():
+            if hmac.compare_digest(given, _signature(key, payload)):
+                return _parse_legacy(payload)
+        raise InvalidToken("decision_id signature does not verify")
 
 
-def parse_payload(payload: bytes) -> DecisionToken:
+def _parse_legacy(payload: bytes) -> DecisionToken:
     try:
         campaign, arm, decided_at, version, nonce, flags = payload.decode().split("|")
-        return DecisionToken(campaign, int(arm), int(decided_at), int(version), nonce, flags == _FALLBACK_FLAG)
+        return DecisionToken(
+            campaign, int(arm), int(decided_at), int(version), bytes.fromhex(nonce), flags == _LEGACY_FALLBACK_FLAG
+        )
     except (UnicodeDecodeError, ValueError) as error:
         raise InvalidToken("decision_id payload is malformed") from error
