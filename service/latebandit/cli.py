@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from latebandit.config import Settings
+from latebandit.config import Settings, UnsafeSettings
 from latebandit.tables import show
 
 app = typer.Typer(
@@ -26,13 +26,11 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _secrets_in_argv(flags: dict[str, object]) -> list[str]:
+    """The flags given that carry a secret: a process's arguments are visible to every local user (ps)."""
+    secret = [name for name in ("secret", "previous_secrets", "api_keys") if flags[name] is not None]
+    passwords = [name for name in ("redis_url", "database_url") if flags[name] and urlsplit(str(flags[name])).password]
+    return ["--" + name.replace("_", "-") for name in secret + passwords]
 
 
 @app.command()
@@ -47,7 +45,10 @@ def serve(
     redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
     redis_cluster: Annotated[bool | None, typer.Option(help="the Redis URL names a Redis Cluster node")] = None,
     database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
-    secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids")] = None,
+    secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids (prefer the variable)")] = None,
+    previous_secrets: Annotated[
+        str | None, typer.Option(help="earlier secrets whose ids still verify (prefer the variable)")
+    ] = None,
     max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
     api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
     api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
@@ -57,33 +58,40 @@ def serve(
     log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
     metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
     metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
+    metrics_access: Annotated[
+        Literal["loopback", "key", "open"] | None, typer.Option(help="who may read /metrics without a key")
+    ] = None,
 ) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
     Each flag sets the LATEBANDIT_* variable of the same name."""
     import uvicorn
+    from rich.markup import escape
 
     from latebandit.logs import log_config
 
     flags = {
         "redis_url": redis_url, "redis_prefix": redis_prefix, "redis_cluster": redis_cluster,
-        "database_url": database_url, "secret": secret,
+        "database_url": database_url, "secret": secret, "previous_secrets": previous_secrets,
         "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
         "snapshot_interval": snapshot_interval,
         "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
-        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms,
+        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms, "metrics_access": metrics_access,
+        "host": host, "insecure": insecure,
     }  # fmt: skip
     for name, value in flags.items():
         if value is not None:
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
+    exposed = _secrets_in_argv(flags)
+    if exposed:
+        console.print(f"[yellow]warning: {', '.join(exposed)} on the command line: any local user can read it (ps); "
+                      "set the LATEBANDIT_* variable instead[/]")  # fmt: skip
     settings = Settings()
-    if not settings.api_key_pairs() and not _is_loopback(host):
-        if not insecure:
-            console.print(
-                f"[red]refusing to listen on {host} without API keys[/]: set LATEBANDIT_API_KEYS or pass --insecure"
-            )
-            raise typer.Exit(2)
-        console.print(f"[yellow]warning: listening on {host} with no API keys: anyone who can reach it may act[/]")
-    if settings.redis_url is None and workers > 1:
+    try:
+        settings.check()  # the application checks again in each worker, and logs the warnings
+    except UnsafeSettings as unsafe:
+        console.print(f"[red]{escape(str(unsafe))}[/]")
+        raise typer.Exit(2) from None
+    if settings.embedded and workers > 1:
         console.print(
             "[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1"
         )
@@ -279,15 +287,15 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
     from latebandit.audit.log import AuditLog
     from latebandit.audit.writer import AuditWriter
     from latebandit.replay.rebuild import rebuild_redis
-    from latebandit.store.redis import RedisStore
+    from latebandit.runtime import redis_store
 
     settings = Settings()
-    if not settings.redis_url:
+    if settings.embedded:
         console.print("[red]LATEBANDIT_REDIS_URL is not set[/]: the embedded store rebuilds itself at start")
         raise typer.Exit(2)
 
     async def run() -> list[str]:
-        store = RedisStore(settings.redis_url or "", settings.redis_prefix, cluster=settings.redis_cluster)
+        store = redis_store(settings)
         audit = AuditLog(settings.sqlalchemy_url)
         try:
             # What Redis still queues must reach the log first, or the rebuilt state would lose it.

@@ -1,15 +1,57 @@
-"""Settings from ``LATEBANDIT_*`` environment variables (pydantic-settings), each also a ``serve`` flag."""
+"""Settings from ``LATEBANDIT_*`` environment variables (pydantic-settings), each also a ``serve`` flag.
+
+Secrets (the HMAC secrets, API keys, and the URLs, which may hold passwords) are ``SecretStr``: a repr, a
+log line or an error shows ``**********``; code reads them with ``get_secret_value()`` where it needs them.
+"""
 
 from __future__ import annotations
 
-from functools import cached_property
+import ipaddress
+import re
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SQLITE_FILE = "latebandit.db"
+MIN_SECRET_BYTES = 32
+MIN_SECRET_CHARACTERS = 8  # distinct ones: "x" * 40 is long and still guessable
+# What shipped examples and habit put where a secret belongs (compared without case and punctuation).
+PLACEHOLDER_MARKS = ("changeme", "replaceme", "placeholder", "yoursecret", "example", "notsecret", "insecure")
+
+
+class UnsafeSettings(ValueError):
+    """Settings the service refuses to start with; the message names the setting, never its value."""
+
+
+@cache
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address, or the local address a connection arrived on) is loopback."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return (mapped or address).is_loopback
+
+
+def weakness(secret: str) -> str | None:
+    """Why ``secret`` must not sign decision ids (anyone who knows or guesses it forges conversions)."""
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        return f"shorter than {MIN_SECRET_BYTES} bytes"
+    if any(mark in re.sub(r"[^a-z0-9]", "", secret.lower()) for mark in PLACEHOLDER_MARKS):
+        return "a placeholder"
+    if len(set(secret)) < MIN_SECRET_CHARACTERS:
+        return f"made of fewer than {MIN_SECRET_CHARACTERS} distinct characters"
+    return None
+
+
+def revealed(secret: SecretStr | None) -> str | None:
+    return None if secret is None else secret.get_secret_value()
 
 
 class Settings(BaseSettings):
@@ -19,13 +61,16 @@ class Settings(BaseSettings):
     port: int = 8000
     workers: int = 1
     insecure: bool = False
-    redis_url: str | None = Field(default=None, description="redis://host:port/db; unset = in-process state")
-    database_url: str | None = Field(default=None, description="postgresql://… or sqlite:///…; unset = SQLite")
+    redis_url: SecretStr | None = Field(default=None, description="redis://host:port/db; unset = in-process state")
+    database_url: SecretStr | None = Field(default=None, description="postgresql://… or sqlite:///…; unset = SQLite")
     redis_cluster: bool = Field(default=False, description="redis_url names one node of a Redis Cluster")
     redis_prefix: str = Field(default="lb", description="first part of every Redis key (tests isolate by it)")
-    secret: str | None = Field(default=None, description="HMAC key for decision ids")
+    secret: SecretStr | None = Field(default=None, description=f"HMAC key for decision ids, {MIN_SECRET_BYTES}+ bytes")
+    previous_secrets: SecretStr | None = Field(
+        default=None, description="comma-separated earlier secrets: their decision ids still verify (rotation)"
+    )
     max_skew: float = Field(default=300.0, description="seconds a feedback time may lie in the future")
-    api_keys: str | None = Field(default=None, description="comma-separated scope:key pairs")
+    api_keys: SecretStr | None = Field(default=None, description="comma-separated scope:key pairs")
     api_keys_file: Path | None = Field(
         default=None, description="a file of scope:key pairs (one per line or comma-separated), e.g. a mounted secret"
     )
@@ -53,11 +98,16 @@ class Settings(BaseSettings):
     log_level: str = Field(default="info", description="debug, info (one access line per request), warning, error")
     metrics_campaigns: int = Field(default=200, ge=1, description="campaigns with their own metric labels, per worker")
     metrics_arms: int = Field(default=50, ge=1, description="arms per campaign with their own metric labels")
+    metrics_access: Literal["loopback", "key", "open"] = Field(
+        default="loopback",
+        description="who may read /metrics without a key: loopback connections, nobody (key), or anyone (open); "
+        "a key needs the metrics or admin scope",
+    )
 
     @cached_property
     def sqlalchemy_url(self) -> str:
         """The plain URL of CONTRACT.md with the driver the service uses (psycopg 3 for PostgreSQL)."""
-        url = self.database_url or f"sqlite:///{DEFAULT_SQLITE_FILE}"
+        url = revealed(self.database_url) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
         for plain in ("postgresql://", "postgres://"):
             if url.startswith(plain):
                 return "postgresql+psycopg://" + url[len(plain) :]
@@ -66,14 +116,43 @@ class Settings(BaseSettings):
     def api_key_pairs(self) -> str:
         """Every configured ``scope:key`` pair, from LATEBANDIT_API_KEYS and LATEBANDIT_API_KEYS_FILE, as one
         comma-separated list (OSError if the file cannot be read)."""
-        parts = [self.api_keys or ""]
+        parts = [revealed(self.api_keys) or ""]
         if self.api_keys_file is not None:
             parts += self.api_keys_file.read_text().split()
         return ",".join(part for part in parts if part)
 
+    def previous_secret_list(self) -> list[str]:
+        return [part.strip() for part in (revealed(self.previous_secrets) or "").split(",") if part.strip()]
+
+    def check(self) -> list[str]:
+        """Refuse (UnsafeSettings) what must not be served: a weak secret, or no API keys on a non-loopback
+        host without ``insecure``. Returns the warnings of what may be served but should be known."""
+        named = [("LATEBANDIT_SECRET", revealed(self.secret))]
+        named += [
+            (f"LATEBANDIT_PREVIOUS_SECRETS (secret {n})", old) for n, old in enumerate(self.previous_secret_list(), 1)
+        ]
+        for name, value in named:
+            why = weakness(value) if value else None
+            if why is not None:
+                raise UnsafeSettings(f"{name} is {why}: generate one with `openssl rand -hex 32`")
+        warnings = []
+        if not self.api_key_pairs() and not is_loopback(self.host):
+            if not self.insecure:
+                raise UnsafeSettings(
+                    f"refusing to listen on {self.host} without API keys: set LATEBANDIT_API_KEYS or pass --insecure "
+                    "(LATEBANDIT_INSECURE)"
+                )
+            warnings.append(f"listening on {self.host} with no API keys: anyone who can reach it may act")
+        if not self.embedded and not self.secret:
+            warnings.append(
+                "LATEBANDIT_SECRET is not set: decision ids are signed with a key generated into "
+                f"{self.secret_file()}, which other machines do not have; set the same one on every replica"
+            )
+        return warnings
+
     @property
     def embedded(self) -> bool:
-        return self.redis_url is None
+        return not self.redis_url
 
     @property
     def drains_inline(self) -> bool:

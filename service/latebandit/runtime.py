@@ -23,7 +23,7 @@ from latebandit.audit.log import AuditLog
 from latebandit.audit.spool import Spool
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import Campaign
-from latebandit.config import Settings
+from latebandit.config import Settings, revealed
 from latebandit.engine.core import DecisionEngine, EngineOptions
 from latebandit.replay.rebuild import restore_memory
 from latebandit.store.base import StateStore, StoreUnavailable
@@ -43,7 +43,7 @@ def load_secret(settings: Settings) -> str:
     """LATEBANDIT_SECRET, or one generated once and kept beside the SQLite file, so decision ids stay
     valid across restarts and across the workers of one machine (created with O_EXCL: no race)."""
     if settings.secret:
-        return settings.secret
+        return settings.secret.get_secret_value()
     path = Path(settings.secret_file())
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -58,6 +58,14 @@ def load_secret(settings: Settings) -> str:
     with os.fdopen(descriptor, "w") as handle:
         handle.write(generated)
     return generated
+
+
+def redis_store(settings: Settings) -> RedisStore:
+    """The Redis state store of LATEBANDIT_REDIS_URL (ValueError when it is not set)."""
+    url = revealed(settings.redis_url)
+    if not url:
+        raise ValueError("LATEBANDIT_REDIS_URL is not set")
+    return RedisStore(url, settings.redis_prefix, cluster=settings.redis_cluster)
 
 
 class SchemaBehind(RuntimeError):
@@ -77,11 +85,7 @@ class Runtime:
     @classmethod
     def build(cls, settings: Settings) -> Runtime:
         audit = AuditLog(settings.sqlalchemy_url)
-        store: StateStore = (
-            RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
-            if settings.redis_url
-            else MemoryStore(wall_clock)
-        )
+        store: StateStore = MemoryStore(wall_clock) if settings.embedded else redis_store(settings)
         writer = AuditWriter(store, audit, settings.audit_batch)
         options = EngineOptions(
             max_skew=settings.max_skew,
@@ -99,7 +103,7 @@ class Runtime:
                 raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
             return None if config is None else Campaign.model_validate(config)
 
-        signer = TokenSigner(load_secret(settings))
+        signer = TokenSigner(load_secret(settings), settings.previous_secret_list())
         spool = None if settings.embedded else Spool(settings.spool_path(), settings.spool_limit)
         engine = DecisionEngine(
             store, signer, wall_clock, np.random.default_rng(), options, durable, from_history, spool
@@ -213,9 +217,9 @@ async def run_audit_writer(settings: Settings, stop: asyncio.Event) -> None:
     """`latebandit audit-writer`: drain every campaign's audit queue into the audit log until ``stop``, then
     once more. Several writers (and inline API workers) may run at once: the per-campaign lease keeps them
     off each other's queues, and a repeated write inserts nothing."""
-    if settings.redis_url is None:
+    if settings.embedded:
         raise ValueError("the audit writer drains the Redis audit queue: set LATEBANDIT_REDIS_URL")
-    store = RedisStore(settings.redis_url, settings.redis_prefix, cluster=settings.redis_cluster)
+    store = redis_store(settings)
     audit = AuditLog(settings.sqlalchemy_url)
     writer = AuditWriter(store, audit, settings.audit_batch)
     settle_heap()

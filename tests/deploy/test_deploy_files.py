@@ -10,12 +10,13 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from latebandit.config import Settings
+from latebandit.config import Settings, UnsafeSettings
 from tests.deploy.promql import ALERTS, DASHBOARD, DEPLOY, alert_rules, dashboard_expressions, metric_names
 
 ROOT = DEPLOY.parent
@@ -57,16 +58,24 @@ def test_the_parser_refuses_broken_promql() -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
-def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass() -> None:
-    """deploy/alerts_test.yml: each alert fires on synthetic series of its situation, and only then."""
+def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass(tmp_path: Path) -> None:
+    """deploy/alerts_test.yml: each alert fires on synthetic series of its situation, and only then. The files
+    are checked as Prometheus's container sees them: with the metrics key compose mounts beside them."""
+    for name in ("prometheus.yml", ALERTS.name, "alerts_test.yml"):
+        shutil.copy(DEPLOY / name, tmp_path / name)
+    (tmp_path / scrape_config()["authorization"]["credentials_file"]).write_text("metrics-key-for-promtool\n")
     checks = (
         ["check", "config", "prometheus.yml"],
         ["check", "rules", ALERTS.name],
         ["test", "rules", "alerts_test.yml"],
     )
     for command in checks:
-        result = subprocess.run(["promtool", *command], cwd=DEPLOY, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(["promtool", *command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def scrape_config() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["scrape_configs"][0]
 
 
 # Grafana ----------------------------------------------------------------------------------------------
@@ -94,6 +103,29 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
+COMPOSE_VARIABLE = re.compile(r"\$\{(\w+)(?::?[-?][^}]*)?\}")
+
+
+def interpolated(environment: dict[str, str], variables: dict[str, str]) -> dict[str, str]:
+    """A service's environment as compose passes it, each ``${NAME...}`` taken from ``variables``."""
+    return {key: COMPOSE_VARIABLE.sub(lambda found: variables[found[1]], value) for key, value in environment.items()}
+
+
+def test_compose_takes_the_secret_and_keys_from_the_environment_and_prometheus_the_metrics_key() -> None:
+    """No secret or key is written in the file (a published one would let anyone forge decision ids), and
+    Prometheus sends the metrics key the API accepts, from where the scrape configuration reads it."""
+    top = compose()
+    environment = top["services"]["api"]["environment"]
+    assert COMPOSE_VARIABLE.fullmatch(environment["LATEBANDIT_SECRET"])
+    keys = dict(pair.split(":", 1) for pair in environment["LATEBANDIT_API_KEYS"].split(","))
+    assert keys.keys() == {"decide", "admin", "metrics"}
+    assert all(COMPOSE_VARIABLE.fullmatch(key) for key in keys.values())
+    (mount,) = top["services"]["prometheus"]["secrets"]
+    assert top["secrets"][mount["source"]] == {"environment": COMPOSE_VARIABLE.fullmatch(keys["metrics"])[1]}
+    assert mount["target"] == f"/etc/prometheus/{scrape_config()['authorization']['credentials_file']}"
+    assert scrape_config()["authorization"]["type"] == "Bearer"
+
+
 def test_compose_services_ports_files_and_settings_exist() -> None:
     services = compose()["services"]
     assert set(services) == {"redis", "postgres", "migrate", "api", "prometheus", "grafana"}
@@ -119,8 +151,7 @@ def test_compose_services_ports_files_and_settings_exist() -> None:
     hosts = {re.search(r"//(?:[^@/]*@)?([^:/]+):(\d+)", api["environment"][key]).groups()
              for key in ("LATEBANDIT_REDIS_URL", "LATEBANDIT_DATABASE_URL")}  # fmt: skip
     assert hosts == {("redis", "6379"), ("postgres", "5432")}
-    scrape = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["scrape_configs"][0]
-    assert scrape["static_configs"][0]["targets"] == [f"api:{port}"]
+    assert scrape_config()["static_configs"][0]["targets"] == [f"api:{port}"]
     assert any(mount.endswith("/etc/prometheus/alerts.yml:ro") for mount in services["prometheus"]["volumes"])
     spool = api["environment"]["LATEBANDIT_SPOOL_DIR"]  # on a volume that outlives the container
     sources = {mount.split(":")[1]: mount.split(":")[0] for mount in api["volumes"]}
@@ -247,6 +278,13 @@ def test_manifests_fit_together() -> None:
     assert {"LATEBANDIT_API_KEYS", "LATEBANDIT_SECRET", "LATEBANDIT_DATABASE_URL"} <= objects["Secret"][
         "stringData"
     ].keys()
+
+
+def test_the_manifests_placeholder_secret_is_refused_at_start() -> None:
+    """Applied unedited, the Secret's placeholder would sign decision ids: the service refuses to start."""
+    placeholder = next(item for item in manifests() if item["kind"] == "Secret")["stringData"]["LATEBANDIT_SECRET"]
+    with pytest.raises(UnsafeSettings, match="LATEBANDIT_SECRET is a placeholder"):
+        Settings(_env_file=None, secret=placeholder).check()
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

@@ -15,13 +15,30 @@ from pathlib import Path
 
 import httpx
 
+from latebandit.config import is_loopback
+from tests.conftest import unavailable
+
 LATEBANDIT = [sys.executable, "-m", "latebandit.cli"]
+SECRET = "e2e-decision-id-secret-0123456789abcdef"  # 32+ bytes: `serve` refuses shorter ones
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def public_address() -> str:
+    """A non-loopback address of this host: where its route to the outside leaves from (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET-1: routed by the default route, never answered
+            address = sock.getsockname()[0]
+        except OSError as error:
+            unavailable("a non-loopback address of this host", error)
+    if is_loopback(address):
+        unavailable("a non-loopback address of this host", OSError(f"the route leaves from {address}"))
+    return address
 
 
 @dataclass
@@ -38,7 +55,7 @@ class Server:
 def service_env(workdir: Path, **settings: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("LATEBANDIT_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env["LATEBANDIT_SECRET"] = settings.pop("secret", "e2e-secret")
+    env["LATEBANDIT_SECRET"] = settings.pop("secret", SECRET)
     env.update({f"LATEBANDIT_{name.upper()}": value for name, value in settings.items()})
     env.setdefault("LATEBANDIT_DATABASE_URL", f"sqlite:///{workdir / 'latebandit.db'}")
     return env
@@ -47,12 +64,18 @@ def service_env(workdir: Path, **settings: str) -> dict[str, str]:
 @contextlib.contextmanager
 def running(env: dict[str, str], workdir: Path, workers: int = 1) -> Iterator[Server]:
     port = free_port()
+    with started([*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)], env, workdir, port) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def started(args: list[str], env: dict[str, str], workdir: Path, port: int) -> Iterator[Server]:
+    """``args`` (a command serving on ``port``) in a session of its own, its output in ``workdir``."""
     log = workdir / f"server-{port}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)],
-            cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     server = Server(f"http://127.0.0.1:{port}", process, env, log)
     try:
         wait_ready(server)

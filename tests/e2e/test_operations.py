@@ -5,7 +5,6 @@ a policy change over HTTP; and the image's entry command and healthcheck run as 
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import time
@@ -13,24 +12,24 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
 import orjson
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from latebandit.logs import mask
 from tests.deploy.promql import PROMETHEUS_OWN, alert_rules, dashboard_expressions, metric_names
-from tests.deploy.test_deploy_files import ROOT, dockerfile_command
-from tests.e2e.server import LATEBANDIT, Server, cli, free_port, service_env, stop, wait_ready
+from tests.deploy.test_deploy_files import compose, dockerfile_command, interpolated
+from tests.e2e.server import LATEBANDIT, cli, free_port, public_address, service_env, started
 from tests.e2e.test_embedded import iso
 
 pytestmark = [pytest.mark.e2e]
 
 DECIDE_KEY = f"decide-{uuid.uuid4().hex}"
 ADMIN_KEY = f"admin-{uuid.uuid4().hex}"
+METRICS_KEY = f"metrics-{uuid.uuid4().hex}"
+SECRET = f"secret-{uuid.uuid4().hex}"
 WRONG_KEY = f"guess-{uuid.uuid4().hex}"
 CAMPAIGN = {
     "id": "ops",
@@ -51,21 +50,6 @@ def direct(command: list[str], port: int, **replace: str) -> list[str]:
     return args
 
 
-@contextlib.contextmanager
-def started(args: list[str], env: dict[str, str], workdir: Path, port: int) -> Iterator[Server]:
-    log = workdir / f"server-{port}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            args, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    server = Server(f"http://127.0.0.1:{port}", process, env, log)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        stop(server)
-
-
 def scrape(http: httpx.Client) -> dict[str, list[tuple[dict[str, str], float]]]:
     """/metrics as sample name -> [(labels, value)], parsed by prometheus-client's own text parser."""
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
@@ -82,10 +66,16 @@ def total(samples: dict, name: str, **labels: str) -> float:
 @pytest.mark.redis
 @pytest.mark.postgres
 def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url, redis_prefix, postgres_url) -> None:
-    api = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["api"]
-    settings = {key.removeprefix("LATEBANDIT_").lower(): value for key, value in api["environment"].items()}
-    settings |= {"redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": postgres_url,
-                 "api_keys": f"decide:{DECIDE_KEY},admin:{ADMIN_KEY}"}  # fmt: skip
+    api = compose()["services"]["api"]
+    variables = {
+        "LATEBANDIT_SECRET": SECRET,
+        "DECIDE_KEY": DECIDE_KEY,
+        "ADMIN_KEY": ADMIN_KEY,
+        "METRICS_KEY": METRICS_KEY,
+    }
+    environment = interpolated(api["environment"], variables)  # the .env of docker-compose.yml's instructions
+    settings = {key.removeprefix("LATEBANDIT_").lower(): value for key, value in environment.items()}
+    settings |= {"redis_url": redis_url, "redis_prefix": redis_prefix, "database_url": postgres_url}
     env = service_env(tmp_path, **settings)
     cli(env, tmp_path, "migrate")
     port = free_port()
@@ -135,7 +125,10 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         time.sleep(1.5)  # a histogram read publishes the per-arm gauges; 1 s snapshot interval
         http.post("/choose", json={"campaign": "ops"})
 
-        samples = scrape(http)
+        samples = scrape(http)  # over loopback: no key needed
+        from_elsewhere = f"http://{public_address()}:{port}/metrics"  # as compose's Prometheus scrapes it
+        assert httpx.get(from_elsewhere).status_code == 401
+        assert httpx.get(from_elsewhere, headers={"Authorization": f"Bearer {METRICS_KEY}"}).status_code == 200
         named = set().union(*(metric_names(rule["expr"]) for rule in alert_rules()),
                             *(metric_names(expression) for expression in dashboard_expressions()))  # fmt: skip
         assert named - PROMETHEUS_OWN - samples.keys() == set()
@@ -166,7 +159,9 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         (1, "delayed-klucb", True),  # the creation
         (2, "delayed-ucb", False),  # the change
     ]
-    assert_json_logs(server.log.read_text(), secrets=[DECIDE_KEY, ADMIN_KEY, WRONG_KEY, *decision_ids])
+    assert_json_logs(
+        server.log.read_text(), secrets=[DECIDE_KEY, ADMIN_KEY, METRICS_KEY, WRONG_KEY, SECRET, *decision_ids]
+    )
 
 
 def assert_json_logs(text: str, secrets: list[str]) -> None:

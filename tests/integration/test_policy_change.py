@@ -25,6 +25,7 @@ from tests.integration.test_store_contract import T0, conversion, make_campaign,
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
+SECRET = "policy-change-test-secret-0123456789abcdef"
 SPEC = CampaignSpec(id="promo", arms=["a", "b", "c"], policy={"name": "ucb1"}, window=3600.0)
 TO_FIXED_B = PolicyChange(policy={"name": "fixed", "params": {"arm": "b"}})
 
@@ -89,12 +90,12 @@ class Deployment:
 
 @pytest.fixture
 async def deployment(redis_url: str, redis_prefix: str, postgres_url: str) -> AsyncIterator[Deployment]:
-    settings = Settings(redis_url=redis_url, redis_prefix=redis_prefix, database_url=postgres_url, secret="s")
+    settings = Settings(redis_url=redis_url, redis_prefix=redis_prefix, database_url=postgres_url, secret=SECRET)
     audit = AuditLog(settings.sqlalchemy_url)
     audit.create_schema()
     clock = Clock()
     workers = [RedisStore(redis_url, redis_prefix, clock=clock) for _ in range(2)]
-    signer = TokenSigner("s")
+    signer = TokenSigner(SECRET)
     first, second = (
         DecisionEngine(worker, signer, clock, np.random.default_rng(seed), EngineOptions(snapshot_interval=0.0))
         for seed, worker in enumerate(workers)

@@ -41,6 +41,7 @@ from latebandit.timeutil import parse_time
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
+log = logging.getLogger("latebandit")
 admin_log = logging.getLogger("latebandit.admin")
 readiness_log = logging.getLogger("latebandit.readiness")
 
@@ -135,7 +136,11 @@ Engine = Annotated[DecisionEngine, Depends(get_engine)]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The application of ``settings`` (default: the environment's). Refuses unsafe settings here, where
+    every way of serving it passes, `latebandit serve` or uvicorn directly (UnsafeSettings)."""
     settings = settings or Settings()
+    for warning in settings.check():
+        log.warning(warning)
     keys = ApiKeys(settings.api_key_pairs())
     metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
     metrics.preset(reason.value for reason in Reason)
@@ -155,7 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan, telemetry=NO_TELEMETRY)
     hot_paths: dict[str, Endpoint] = {}  # filled below, once the routes are defined
     app.add_middleware(HotPaths, endpoints=hot_paths, handlers=app.exception_handlers)  # innermost
-    app.add_middleware(ApiKeyGate, keys=keys)
+    app.add_middleware(ApiKeyGate, keys=keys, insecure=settings.insecure, metrics_access=settings.metrics_access)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
