@@ -15,7 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from latebandit.api.app import MAX_BODY_BYTES, create_app
-from latebandit.api.auth import PUBLIC_PATHS, Scope, required_scope
+from latebandit.api.auth import METRICS_PATH, PUBLIC_PATHS, Scope, required_scope
 from latebandit.config import Settings
 from latebandit.engine.feedback import MAX_EVENTS
 from tests.conftest import REDIS_URL, unavailable
@@ -147,15 +147,16 @@ def routes() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("method", "path"), routes())
 def test_auth_matrix(server: Server, method: str, path: str) -> None:
     """No key and a wrong key are 401 on every non-public route; a decide key on an admin route is 403;
-    the right key passes. A refused request changes nothing."""
+    the right key passes. A refused request changes nothing. /metrics is public here: the server is reached
+    over loopback (tests/unit/test_access.py covers the other addresses)."""
     with server.client(headers=ADMIN) as admin:
         before = snapshot(admin)
-        needed = required_scope(path)
+        needed = None if path == METRICS_PATH else required_scope(path)
         cases = {"none": {}, "wrong": WRONG, "decide": DECIDE}
         for name, headers in cases.items():
             response = httpx.request(method, server.url + path, headers=headers, json={}, timeout=30)
             if needed is None:
-                assert path in PUBLIC_PATHS and response.status_code < 400, (name, response.status_code)
+                assert path in {*PUBLIC_PATHS, METRICS_PATH} and response.status_code < 400, name
             elif name in ("none", "wrong"):
                 assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer", name
             elif needed is Scope.ADMIN:
