@@ -83,8 +83,8 @@ def serve(
             os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
     exposed = _secrets_in_argv(flags)
     if exposed:
-        console.print(f"[yellow]warning: {', '.join(exposed)} on the command line: any local user can read it (ps); "
-                      "set the LATEBANDIT_* variable instead[/]")  # fmt: skip
+        console.print(f"[yellow]warning: {', '.join(exposed)} on the command line, where any local user can read "
+                      "it (ps): set the LATEBANDIT_* variable instead[/]")  # fmt: skip
     settings = Settings()
     try:
         settings.check()  # the application checks again in each worker, and logs the warnings
