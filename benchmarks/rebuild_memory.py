@@ -2,14 +2,15 @@
 
     .venv/bin/python -m benchmarks.rebuild_memory [--sizes 100000 1000000 10000000] [--campaigns 4]
 
-For each size, a fresh PostgreSQL database receives a log of that many decisions, spread evenly over
-``--days`` days across ``--campaigns`` campaigns (window one day, the service's default dedup retention of
-one day), with one attributed conversion for every twentieth decision, received an hour after it. Then
+For each size, a fresh PostgreSQL database receives a log of that many decisions at a steady
+``--per-day`` decisions a day across ``--campaigns`` campaigns (window one day, the service's default dedup
+retention of one day), so a longer log spans more days at the same traffic, as a year of a live service
+does; one attributed conversion for every twentieth decision, received an hour after it. Then
 ``latebandit rebuild`` runs as its own process into a fresh Redis prefix, and its peak resident memory
 (VmHWM, read from /proc while it runs) and wall time are reported, with each size's peak as a ratio to the
 smallest size's, measured in the same run. A rebuild that streams the log holds only what can still
-change the state (the decisions of the last window plus retention), so its peak stays flat as the log
-grows; one that keeps every decision grows with it.
+change the state (per campaign, the decisions of its last window plus retention), so its peak stays flat
+as the log grows; one that keeps every decision grows with it.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--campaigns", type=int, default=4)
-    parser.add_argument("--days", type=float, default=10.0, help="the time the log spans")
+    parser.add_argument("--per-day", type=int, default=20_000, help="decisions a day, all campaigns together")
     args = parser.parse_args()
     console = Console(width=160)
     rows = []
@@ -125,7 +126,7 @@ def main() -> None:
             subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
             console.print(f"writing {size:,} decisions ...")
             filled = time.monotonic()
-            fill(url, size, args.campaigns, args.days)
+            fill(url, size, args.campaigns, size / args.per_day)
             console.print(f"  written in {time.monotonic() - filled:.0f} s; rebuilding ...")
             peak, seconds = peak_memory([*LATEBANDIT, "rebuild"], env)
             rows.append({"decisions": size, "peak_bytes": peak, "seconds": seconds})

@@ -7,8 +7,9 @@ cannot be attributed to a pull and are skipped and counted in ``skipped``.
 
 The log is streamed, and so is what the replay holds of it: a decision is forgotten once its campaign's
 log has moved past its window plus the dedup retention, because a conversion arriving after that changes
-nothing in the service either (engine/feedback.py, ``forgotten``). Memory follows the traffic of one
-window, not the length of the log.
+nothing in the service either (engine/feedback.py, ``forgotten``), and histogram cells whose pulls have
+all left the window are folded into the arm's matured count, as the service folds them when it reads
+them. Memory follows the traffic of one window, not the length of the log.
 
 A planning campaign (ODAAF, ARS-*, CLW) is replayed from its plan lines (the plans the service committed,
 with the RNG draws they embody) and its decisions, aggregates and watermarks at the times the service
@@ -81,6 +82,7 @@ class Replayer:
         # event time of its log (campaigns follow one another in an audit log, so each has its own clock).
         self._forgettable: defaultdict[str, deque[tuple[int, str]]] = defaultdict(deque)
         self._latest: Counter[str] = Counter()
+        self._bucket: dict[str, int] = {}  # per campaign, the histogram bucket of its latest event
         self.skipped: Counter[str] = Counter()
 
     def _advance(self, moment: int) -> bool:
@@ -180,7 +182,7 @@ class Replayer:
             return
         arm = campaign.arm_index[line["arm"]]
         counted = not line.get("fallback", False)
-        self._forget_old_decisions(campaign, at)
+        await self._settle(campaign, at)
         self.decisions[line["decision_id"]] = LoggedDecision(
             campaign.id, arm, at, counted, line.get("version", campaign.version)
         )
@@ -198,12 +200,21 @@ class Replayer:
             await self.store.record_decision(campaign, pull, None, self.request_ttl)
         self.store.remember_request(campaign, line.get("request_id"), pull, self.request_ttl)
 
-    def _forget_old_decisions(self, campaign: Campaign, moment: int) -> None:
-        """Drop the decisions of ``campaign`` that no conversion received from ``moment`` on can change."""
+    async def _settle(self, campaign: Campaign, moment: int) -> None:
+        """Drop what no event of ``campaign`` from ``moment`` on can change: decisions past their window
+        plus retention, and (each time a new bucket starts) the histogram cells that left the window."""
         self._latest[campaign.id] = latest = max(self._latest[campaign.id], moment)
         aging = self._forgettable[campaign.id]
         while aging and aging[0][0] < latest:
             self.decisions.pop(aging.popleft()[1], None)
+        bucket = latest // campaign.bucket_width_us
+        if campaign.plans or self._bucket.get(campaign.id) == bucket:
+            return
+        self._bucket[campaign.id] = bucket
+        hist = (await self.store.snapshot(campaign)).histogram
+        matured = latest - (hist.bucket + 1) * campaign.bucket_width_us >= campaign.window_us  # as exposure() says
+        if matured.any():
+            await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
 
     async def _conversion(self, line: dict[str, Any]) -> None:
         decision = self.decisions.get(line["decision_id"])
