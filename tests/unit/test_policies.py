@@ -73,11 +73,16 @@ def ref_index(name: str, pulls: float, conversions: float, effective: float, t: 
     return ref_upper(ref_poisson, p, beta / effective)
 
 
-def ref_candidates(indices: list[float], pulls: list[float]) -> list[int]:
+def ref_candidates(indices: list[float], pulls: list[float], t: int) -> list[int]:
+    """The arms the choice may take at round t: with arms of infinite index, the first least-pulled one
+    counting from arm (t − 1) mod K round the circle (Algorithm 1 plays arm n at round n); else every
+    maximum within the tie tolerance."""
     forced = [k for k, u in enumerate(indices) if u == math.inf]
     if forced:
         least = min(pulls[k] for k in forced)
-        return [k for k in forced if pulls[k] == least]
+        arms = len(indices)
+        circle = [(t - 1 + step) % arms for step in range(arms)]
+        return [next(k for k in circle if k in forced and pulls[k] == least)]
     top = max(indices)
     return [k for k, u in enumerate(indices) if u >= top - 1e-12 * abs(top)]
 
@@ -158,7 +163,7 @@ def test_choice_matches_reference_tie_rule(name: str) -> None:
     for r in range(400):
         n, s, ne, t = data.pulls[r], data.conversions[r], data.effective[r], int(data.t[r])
         indices = [ref_index(name, n[k], s[k], ne[k], t, 0.0) for k in range(4)]
-        candidates = ref_candidates(indices, list(data.pulls[r]))
+        candidates = ref_candidates(indices, list(data.pulls[r]), t)
         assert choice.arm[r] in candidates
         assert choice.propensity[r] == pytest.approx(1.0 / len(candidates), rel=1e-15)
 
@@ -223,21 +228,34 @@ def test_forced_exploration_goes_to_least_pulled_infinite_arm(name: str) -> None
         data = one_run([0, 5, 0, 10], [0, 0, 0, 9], [0, 5, 0, 10], 20)
         expected = None
     arms = {int(policy.choose(data, rng).arm[0]) for _ in range(50)}
-    assert arms == ({1} if expected is not None else {0, 2})
-    assert policy.choose(data, rng).propensity[0] == (1.0 if expected is not None else 0.5)
+    # two least-pulled arms, 0 and 2: from arm (20 − 1) mod 4 = 3 round the circle, 0 comes first
+    assert arms == ({1} if expected is not None else {0})
+    assert policy.choose(data, rng).propensity[0] == 1.0
+    if expected is None:  # from arm (22 − 1) mod 4 = 1, arm 2 comes first
+        assert int(policy.choose(one_run([0, 5, 0, 10], [0, 0, 0, 9], [0, 5, 0, 10], 22), rng).arm[0]) == 2
 
 
 @pytest.mark.parametrize("name", INDEX_POLICIES)
-def test_first_rounds_play_every_arm_once(name: str) -> None:
+def test_the_rows_of_one_group_commit_open_different_arms(name: str) -> None:
+    """Rounds t, t+1, ... decided from the same statistics take the opening's arms in turn."""
+    policy = make_policy(name, {}, 4)
+    fresh = one_run([0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], 1)
+    np.testing.assert_array_equal(policy.choose_together(fresh, 6, np.random.default_rng(0)).arm, [0, 1, 2, 3, 0, 1])
+
+
+@pytest.mark.parametrize("name", INDEX_POLICIES)
+def test_first_rounds_play_arm_n_at_round_n(name: str) -> None:
+    """Algorithm 1 of Vernade et al. 2017: for n <= K, A_n = arm n, a deterministic choice."""
     arms, policy, rng = 5, make_policy(name, {}, 5), np.random.default_rng(6)
     pulls = np.zeros((1, arms))
-    propensities = []
+    chosen, propensities = [], []
     for t in range(1, arms + 1):
         choice = policy.choose(ArmStats(pulls, np.zeros((1, arms)), 0.7 * pulls, np.array([t])), rng)
+        chosen.append(int(choice.arm[0]))
         propensities.append(choice.propensity[0])
         pulls[0, choice.arm[0]] += 1
-    assert pulls.tolist() == [[1.0] * arms]
-    assert propensities == pytest.approx([1 / 5, 1 / 4, 1 / 3, 1 / 2, 1])
+    assert chosen == list(range(arms))
+    assert propensities == [1.0] * arms
 
 
 def test_fixed_and_uniform() -> None:

@@ -109,20 +109,20 @@ def test_censored_and_uncensored_runs_coincide_until_the_window() -> None:
     assert not np.array_equal(results[0].regret, results[1].regret)
 
 
-def test_discarding_plays_uniformly_until_pulls_mature() -> None:
+def test_discarding_plays_round_robin_until_pulls_mature() -> None:
+    """No index exists before a pull has matured (vernade2017.md §2.6): every index is +inf, so the opening
+    rule plays the arms in turn, in every run: the regret is that of round-robin play."""
     scenario = make(
-        [
-            {"name": "delayed-klucb", "feed": "discarding"},
-            {"name": "delayed-ucb", "feed": "discarding", "label": "d"},
-            {"name": "uniform"},
-        ],
+        [{"name": "delayed-klucb", "feed": "discarding"}, {"name": "delayed-ucb", "feed": "discarding", "label": "d"}],
         window=100,
         runs=40,
     )
-    results = simulate(scenario)
-    early = results[0].rounds <= 100
-    for result in results:  # all three draw the same tie-breaks: identical while every index is +inf
-        assert np.array_equal(result.regret[early], results[2].regret[early])
+    gaps = max(scenario.arms) - np.array(scenario.arms)
+    round_robin = np.cumsum(gaps[np.arange(scenario.horizon) % len(gaps)])
+    for result in simulate(scenario):
+        early = result.rounds <= 100
+        expected = round_robin[result.rounds[early] - 1]
+        np.testing.assert_allclose(result.regret[early], np.repeat(expected[:, None], 40, axis=1))
 
 
 def test_contract_json_shape() -> None:
