@@ -38,6 +38,7 @@ THETA_H = (0.5, 0.4, 0.3)
 THETA_L = (0.1, 0.05, 0.03)
 CHECKPOINTS = (1000, 2000, 5000, 10_000)
 FIG2_CHECKPOINTS = (1000, 2000, 3000, 5000, 10_000)
+THETA_L_KLUCB = (22, 30, 39, 46)  # the reference re-simulation's d-klucb on θL at CHECKPOINTS (§4.4)
 SWEEP = (100, 250, 500, 1000, 2000, 5000, None)
 SOURCE = "vernade2017.md §4.4 (the spec's re-simulation; the paper prints no numbers)"
 # §6.3 fit A (15 min, 26 h, 14 d) with one round = 20 minutes, which puts the mixture's mean (≈ 169 h)
@@ -159,16 +160,22 @@ def _fig1b_checks(results: Results) -> list[Check]:
     slope, slope_se = mean_and_error(per_run)
     tau_m = tau(WINDOW)
     bound = pseudo_regret_bound(THETA_L, tau_m)
+    at = dict(zip(CHECKPOINTS, THETA_L_KLUCB, strict=True))
+    reference = (at[HORIZON] - at[half]) / math.log(2)
+    # §4.6 item 4 expects a slope "close to 5" at large t, but the bound is asymptotic: the spec's own
+    # re-simulation (§4.4) has the slope at 10.1 over [T/2, T], and so do we. What can be checked at T = 10⁴ is
+    # that the slope matches that re-simulation and does not fall below the bound.
     return [
         Check(
             "θL: d-klucb far below d-ucb at T, ratio about 2.5–3 (§4.6.1)", f"d-ucb/d-klucb = {ratio:.2f}", ratio >= 2.0
         ),
         _same_until_window(results, "θL"),
         Check(
-            f"θL: d-klucb's pseudo-regret slope against log t at large t is close to the lower bound "
-            f"{bound:.2f} (§4.6.4 quotes Theorem 3's {tau_m * bound:.2f}, the bound on L(T) = τ_m·R(T))",
-            f"{slope:.1f} ± {slope_se:.1f} over [T/2, T] (the spec's own §4.4 numbers give 10.1)",
-            abs(slope - bound) <= 2 * slope_se,
+            f"θL: d-klucb's pseudo-regret slope against log t over [T/2, T] matches the reference's {reference:.1f} "
+            f"and lies above the asymptotic lower bound {bound:.2f} (§4.6.4 quotes Theorem 3's {tau_m * bound:.2f}, "
+            "the bound on L(T) = τ_m·R(T); not reached by T = 10⁴, in the spec's own numbers either)",
+            f"{slope:.1f} ± {slope_se:.1f}",
+            abs(slope - reference) <= 2 * slope_se and slope >= bound - 2 * slope_se,
         ),
     ]
 
@@ -218,7 +225,7 @@ FIG1B = Reproduction(
         "θL",
         {
             "d-ucb": ((41, 64, 93, 132), 1.4),
-            "d-klucb": ((22, 30, 39, 46), 1.4),
+            "d-klucb": (THETA_L_KLUCB, 1.4),
             "ud-ucb": ((41, 63, 76, 123), 2.1),
             "ud-klucb": ((22, 29, 37, 44), 1.3),
         },
@@ -254,15 +261,16 @@ def _fig2_checks(results: Results) -> list[Check]:
             Check(f"{discarding} above {delayed} at T (§4.6.1)", f"difference {mean:+.1f} ± {se:.1f}", mean > 2 * se)
         )
     warmup = result_of(results, FIG2_PANEL, "discarding-klucb")
-    slope = float(np.mean(np.max(THETA_L) - np.array(THETA_L)))  # uniform play: ΣΔ/K per round
-    at_m = warmup.at([WINDOW])[0]
-    mean, se = mean_and_error(at_m)
+    gaps = np.max(THETA_L) - np.array(THETA_L)
+    in_turn = float(gaps[np.arange(WINDOW) % len(gaps)].sum())  # every index is +inf: the opening's round-robin
+    mean, se = mean_and_error(warmup.at([WINDOW])[0])
     checks.append(
         Check(
-            f"Discarding plays uniformly until m: regret at t = m is m·ΣΔ/K = {WINDOW * slope:g} (§4.6.2; "
-            "the three Discarding policies coincide until m)",
-            f"{mean:.1f} ± {se:.1f}",
-            abs(mean - WINDOW * slope) <= 2 * se,
+            f"Discarding plays the arms in turn until m (§4.6.2 allows round-robin or uniform; the three "
+            f"Discarding policies coincide until m): regret at t = m is Σ Δ over the turns = {in_turn:.2f} "
+            f"≈ m·ΣΔ/K = {WINDOW * gaps.mean():g}",
+            f"{mean:.2f} ± {se:.2f}",
+            abs(mean - in_turn) <= max(2 * se, 1e-9),
         )
     )
     return checks
