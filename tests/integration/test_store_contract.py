@@ -15,8 +15,10 @@ from latebandit.audit.records import Outcome
 from latebandit.campaign import Campaign, CampaignStatus
 from latebandit.delays.exposure import bucket_moments
 from latebandit.store.base import CampaignRefused, DecisionStatus, PreparedConversion, Pull, StateStore
+from latebandit.store.keys import Keys
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS
 
 T0 = 1_800_000_000_000_000  # a fixed epoch in µs; the stores never read a clock except for key expiry
 
@@ -168,7 +170,24 @@ async def test_paused_and_unknown_campaigns(store: StateStore) -> None:
     assert (await store.record_decision(campaign, pull(campaign, 0, T0, "d0"), None, 60)).status is DecisionStatus.NEW
     ghost = make_campaign("ghost")
     assert (await store.record_decision(ghost, pull(ghost, 0, T0, "x"), None, 60)).status is DecisionStatus.UNKNOWN
+    assert (await store.record_fallback(ghost, pull(ghost, 0, T0, "y"), None, 60)).status is DecisionStatus.UNKNOWN
+    assert await store.read_audit("ghost", 10) == []  # a refused fallback is not audited under an unknown id
+    with pytest.raises(CampaignRefused) as refused:
+        await store.apply_conversions(ghost, [conversion(ghost, "x", 0, T0, None)])
+    assert refused.value.reason is DecisionStatus.UNKNOWN
     assert await store.set_status("ghost", CampaignStatus.PAUSED, {}) is None
+
+
+async def test_refusals_come_in_one_order_in_both_stores(store: StateStore) -> None:
+    """Moved before paused, for decisions and feedback alike (store/lua/campaign_lib.lua, memory.py)."""
+    campaign = make_campaign()
+    await store.create_campaign(campaign, {})
+    await store.set_status("c1", CampaignStatus.PAUSED, {"type": "campaign", "action": "pause"})
+    stale = campaign.model_copy(update={"version": campaign.version + 1})
+    assert (await store.record_decision(stale, pull(stale, 0, T0, "d0"), None, 60)).status is DecisionStatus.MOVED
+    with pytest.raises(CampaignRefused) as refused:
+        await store.apply_conversions(stale, [conversion(stale, "d0", 0, T0, None)])
+    assert refused.value.reason is DecisionStatus.MOVED
 
 
 async def test_fallback_decisions_are_audited_and_keep_their_request_id(store: StateStore) -> None:
@@ -344,3 +363,33 @@ async def _apply(store: StateStore, campaign: Campaign, step: tuple) -> object:
     old = state.histogram.bucket < (T0 - 2 * 86_400 * 1_000_000) // campaign.bucket_width_us
     await store.fold_matured(campaign, state.histogram.arm[old], state.histogram.bucket[old])
     return int(old.sum())
+
+
+@pytest.mark.redis
+async def test_what_each_script_keeps_is_bounded(redis_url: str, redis_prefix: str) -> None:
+    """Sizes and expiry read straight from Redis, script by script: a script that stopped expiring or sweeping
+    what it adds fails here (apply_anonymous and the schedule scripts: tests/integration/test_schedule_store.py;
+    outcomes are compared with the memory store above, sizes only exist in Redis)."""
+    clock = [T0]
+    store = RedisStore(redis_url, redis_prefix, clock=lambda: clock[0])
+    keys, client = Keys(redis_prefix), store.client
+    try:
+        campaign = make_campaign()
+        await store.create_campaign(campaign, {})
+        await store.record_decision(campaign, pull(campaign, 0, T0, "d0"), "r1", 60)  # record_decisions
+        await store.record_fallback(campaign, pull(campaign, 0, T0, "f0"), "r2", 60)
+        for request in ("r1", "r2"):
+            assert 0 < await client.ttl(keys.request("c1", request)) <= 60
+        early = [conversion(campaign, f"d{i}", 0, T0, f"e{i}") for i in range(50)]
+        await store.apply_conversions(campaign, early)
+        assert await client.hlen(keys.dedup("c1")) == await client.zcard(keys.dedup_expiry("c1")) == 100
+        clock[0] += 3601 * MICROS  # past the entries' dedup_ttl (3600 s): the next batch sweeps them
+        await store.apply_conversions(campaign, [conversion(campaign, f"n{i}", 0, T0, f"m{i}") for i in range(50)])
+        assert await client.hlen(keys.dedup("c1")) == await client.zcard(keys.dedup_expiry("c1")) == 100
+        assert not await client.hexists(keys.dedup("c1"), "e0")
+        state = await store.snapshot(campaign)
+        assert await client.hlen(keys.cells("c1")) > 0
+        await store.fold_matured(campaign, state.histogram.arm, state.histogram.bucket)
+        assert await client.hlen(keys.cells("c1")) == 0  # folded cells leave the hash
+    finally:
+        await store.close()

@@ -49,7 +49,7 @@ from latebandit.store.base import (
     StateStore,
     StoreUnavailable,
 )
-from latebandit.store.schedule import Claim
+from latebandit.store.schedule import Claim, Uncredited
 from latebandit.timeutil import MICROS, Clock, format_time
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
 
@@ -260,6 +260,8 @@ class DecisionEngine:
         if result.status is DecisionStatus.PAUSED:
             fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
             result, outcome = await self.store.record_fallback(campaign, fallback, request_id, ttl), "fallback_paused"
+            if result.status is DecisionStatus.UNKNOWN:
+                raise lost_campaign(campaign.id)
         try:
             await self._durable()
         except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
@@ -395,11 +397,11 @@ class DecisionEngine:
             try:
                 outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
             except CampaignRefused as refused:
-                if str(refused) == "unknown":  # known to this worker, so the store lost it: retry later
+                if refused.reason is DecisionStatus.UNKNOWN:  # known to this worker, so the store lost it: retry
                     raise lost_campaign(campaign_id) from refused
                 applied = len(refused.applied)
                 self._tally(result, campaign, items[:applied], refused.applied)
-                if str(refused) == "moved":
+                if refused.reason is DecisionStatus.MOVED:
                     left = {index for index, _ in items[applied:]}
                     conversions = [(index, conversion) for index, conversion in conversions if index in left]
                     continue
@@ -446,9 +448,9 @@ class DecisionEngine:
         try:
             outcomes = await self.store.apply_anonymous(campaign, [event for _, event in events], now)
         except CampaignRefused as refused:
-            if str(refused) == "unknown":
+            if refused.reason is DecisionStatus.UNKNOWN:
                 raise lost_campaign(campaign.id) from refused
-            if str(refused) == "moved":
+            if refused.reason is DecisionStatus.MOVED:
                 raise CampaignMoved(campaign.id) from refused
             paused = Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
             rejections += [(index, paused) for index, _ in events]
@@ -493,20 +495,23 @@ class DecisionEngine:
 
     @staticmethod
     def _tally_anonymous(
-        result: FeedbackResult, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[str]
+        result: FeedbackResult,
+        campaign: Campaign,
+        items: list[tuple[int, AnonymousEvent]],
+        outcomes: list[Outcome | Uncredited],
     ) -> None:
         label = metrics.campaign_label(campaign.id)
         for (index, event), outcome in zip(items, outcomes, strict=True):
             if outcome == Outcome.PHASE_CLOSED:
                 detail = "its interval reaches back before the feedback the policy already closed; recorded, not used"
                 result.reject(index, Rejection(Reason.PHASE_CLOSED, detail))
-            elif outcome == "before_decision":
+            elif outcome is Uncredited.BEFORE_DECISION:
                 result.reject(index, Rejection(Reason.BEFORE_DECISION, "it precedes the campaign's first decision"))
             elif outcome == Outcome.DUPLICATE:
                 result.duplicates += 1
             else:
                 result.accepted += 1
-            if outcome != "before_decision":
+            if outcome is not Uncredited.BEFORE_DECISION:
                 metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
 
     # state ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus
 from latebandit.delays.tail import BUCKETS
 from latebandit.policies.schedule import Plan
-from latebandit.store.schedule import Claim, ScheduleView
+from latebandit.store.schedule import Claim, ScheduleView, Uncredited
 
 
 class StoreUnavailable(RuntimeError):
@@ -31,13 +31,14 @@ class StoreUnavailable(RuntimeError):
 
 
 class CampaignRefused(RuntimeError):
-    """Feedback for a campaign that is unknown, paused or at another policy version (``moved``); the message
-    is the reason.
+    """Feedback for a campaign that is unknown, paused or at another policy version: ``reason`` is one of
+    DecisionStatus.UNKNOWN, PAUSED or MOVED, the answers the decision path gives for the same states.
     ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
     applied in several atomic chunks can be paused between two of them)."""
 
-    def __init__(self, reason: str, applied: list[Outcome] | None = None) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: DecisionStatus, applied: list[Outcome] | None = None) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
         self.applied = applied or []
 
 
@@ -170,13 +171,16 @@ class StateStore(AuditQueue, Protocol):
         ...
 
     async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:
-        """The campaign's state; a store may serve a histogram up to ``max_age`` seconds old (counters fresh
-        as of this worker's last write) when ``max_age`` > 0."""
+        """The campaign's state. With ``max_age`` > 0 a store may serve a histogram (and delay counts) read up
+        to ``max_age`` seconds ago, with counters as of this worker's last write; with 0, everything is read
+        now. What the engine relies on: while a store serves the same histogram read, ``histogram`` is the
+        same object (the engine caches Ñ by its identity: a new read must be a new object), and no snapshot's
+        arrays are modified after it is returned (a later write builds new ones)."""
         ...
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
-        """Atomically: return the earlier decision of ``request_id``, or refuse a paused campaign, or count
-        the pull and queue its audit record."""
+        """Atomically: return the earlier decision of ``request_id``; else refuse (UNKNOWN, MOVED, PAUSED, in
+        that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record."""
         ...
 
     async def record_decisions(
@@ -221,7 +225,9 @@ class StateStore(AuditQueue, Protocol):
         ``now``, a claim's ``pull.record["at"]``) are the engine's, so that a replay of the log repeats them."""
         ...
 
-    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+    async def apply_anonymous(
+        self, campaign: Campaign, events: list[AnonymousEvent], now: int
+    ) -> list[Outcome | Uncredited]:
         """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
-        outcome per event (an ``Outcome`` value or ``before_decision``)."""
+        outcome per event (an ``Outcome``, or ``Uncredited.BEFORE_DECISION``)."""
         ...

@@ -31,7 +31,7 @@ from latebandit.store.base import (
     Pull,
     StateSnapshot,
 )
-from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, next_slot
+from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, Uncredited, next_slot
 from latebandit.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
@@ -148,15 +148,13 @@ class MemoryStore:
 
     def _record(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            return DecisionResult(DecisionStatus.UNKNOWN)
-        earlier = self._earlier(memory, request_id)
+        earlier = None if memory is None else self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
-        if memory.campaign.version != campaign.version:
-            return DecisionResult(DecisionStatus.MOVED)
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            return DecisionResult(DecisionStatus.PAUSED)
+        refusal = _refusal(memory, campaign)
+        if refusal is not None:
+            return DecisionResult(refusal)
+        assert memory is not None
         counters = memory.counters
         counters.decisions += 1
         counters.pulls[pull.arm] += 1
@@ -169,7 +167,9 @@ class MemoryStore:
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
-        memory = self._campaigns[campaign.id]
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:  # lost since the caller read it: as the Redis script answers
+            return DecisionResult(DecisionStatus.UNKNOWN)
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
@@ -227,15 +227,13 @@ class MemoryStore:
 
     async def claim_slot(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> Claim:
         memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            return Claim(ClaimStatus.UNKNOWN)
-        earlier = self._earlier(memory, request_id)
+        earlier = None if memory is None else self._earlier(memory, request_id)
         if earlier is not None:
             return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
-        if memory.campaign.version != campaign.version:
-            return Claim(ClaimStatus.MOVED)
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            return Claim(ClaimStatus.PAUSED)
+        refusal = _refusal(memory, campaign)
+        if refusal is not None:
+            return Claim(ClaimStatus(refusal.value))
+        assert memory is not None
         book = memory.schedule
         if book.plan is None:
             return Claim(ClaimStatus.NEEDS_PLAN)
@@ -272,10 +270,13 @@ class MemoryStore:
         self._queue(memory, [{**record, "config": {**record["config"], "version": memory.schedule.version}}])
         return True
 
-    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+    async def apply_anonymous(
+        self, campaign: Campaign, events: list[AnonymousEvent], now: int
+    ) -> list[Outcome | Uncredited]:
         memory = self._accepting_feedback(campaign)
         book = memory.schedule
-        outcomes, recorded = [], []
+        outcomes: list[Outcome | Uncredited] = []
+        recorded = []
         for event in events:
             outcome = self._classify_anonymous(memory, event)
             outcomes.append(outcome)
@@ -289,15 +290,13 @@ class MemoryStore:
     def _accepting_feedback(self, campaign: Campaign) -> CampaignMemory:
         """The campaign's memory, or CampaignRefused: unknown, at another policy version, or paused."""
         memory = self._campaigns.get(campaign.id)
-        if memory is None:
-            raise CampaignRefused("unknown")
-        if memory.campaign.version != campaign.version:
-            raise CampaignRefused("moved")
-        if memory.campaign.status is CampaignStatus.PAUSED:
-            raise CampaignRefused("paused")
+        refusal = _refusal(memory, campaign)
+        if refusal is not None:
+            raise CampaignRefused(refusal)
+        assert memory is not None
         return memory
 
-    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> str:
+    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> Outcome | Uncredited:
         book = memory.schedule
         if event.kind == "watermark":
             book.watermark = max(book.watermark, event.start)
@@ -307,13 +306,13 @@ class MemoryStore:
         if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
             return Outcome.DUPLICATE
         outcome = book.credit(event.start, event.end, event.value)
-        if outcome == "before_decision":
+        if outcome is Uncredited.BEFORE_DECISION:
             return outcome
         if event.event_id is not None:
             self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
         if event.decision_id is not None:
             self._set(memory, f"cv:{event.decision_id}", True, event.dedup_ttl)
-        return Outcome.COUNTED if outcome == "counted" else Outcome.PHASE_CLOSED
+        return outcome
 
     # rebuilds -------------------------------------------------------------------------------------
 
@@ -409,3 +408,16 @@ class MemoryStore:
 
 def _copy(counters: Counters) -> Counters:
     return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())
+
+
+def _refusal(memory: CampaignMemory | None, campaign: Campaign) -> DecisionStatus | None:
+    """Why the campaign refuses a write from a caller holding ``campaign`` (its policy version), or None: in
+    the order of store/lua/campaign_lib.lua, which every script shares. A retried request_id is answered
+    before this check, in both stores."""
+    if memory is None:
+        return DecisionStatus.UNKNOWN
+    if memory.campaign.version != campaign.version:
+        return DecisionStatus.MOVED
+    if memory.campaign.status is CampaignStatus.PAUSED:
+        return DecisionStatus.PAUSED
+    return None

@@ -51,7 +51,15 @@ from latebandit.store.base import (
     StoreUnavailable,
 )
 from latebandit.store.keys import Keys
-from latebandit.store.schedule import Claim, ClaimStatus, PlayedSegment, ScheduleBook, ScheduleView, next_slot
+from latebandit.store.schedule import (
+    Claim,
+    ClaimStatus,
+    PlayedSegment,
+    ScheduleBook,
+    ScheduleView,
+    Uncredited,
+    next_slot,
+)
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
@@ -64,15 +72,25 @@ MAX_CONNECTIONS = 128
 
 
 def _load_script(name: str) -> str:
-    """A script's source, with the libraries it names on its first line (``-- requires: lib, lib``)
-    prepended: Redis scripts cannot include each other, and the schedule scripts share their closing rule,
-    the feedback scripts their deduplication sweep."""
-    source = resources.files("latebandit.store").joinpath(f"lua/{name}.lua").read_text()
-    first = source.partition("\n")[0]
+    """A script's source, with the libraries it names on its first line (``-- requires: lib, lib``), and
+    theirs, prepended once each, dependencies first: Redis scripts cannot include each other, and the
+    scripts share their refusal order (campaign_lib), the schedule's closing rule, the deduplication sweep."""
+    return "".join(_source(part) for part in _with_libraries(name, []))
+
+
+def _source(name: str) -> str:
+    return resources.files("latebandit.store").joinpath(f"lua/{name}.lua").read_text()
+
+
+def _with_libraries(name: str, done: list[str]) -> list[str]:
+    """``name`` after every library it requires, transitively, each listed once (in ``done``)."""
+    first = _source(name).partition("\n")[0]
     if first.startswith(LIBRARY_MARK):
-        names = first.removeprefix(LIBRARY_MARK).split(",")
-        return "".join(_load_script(library.strip()) for library in names) + source
-    return source
+        for library in first.removeprefix(LIBRARY_MARK).split(","):
+            if library.strip() not in done:
+                _with_libraries(library.strip(), done)
+    done.append(name)
+    return done
 
 
 @dataclass
@@ -137,6 +155,16 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
         arm, bucket = field.split(b":")
         delays[int(arm), int(bucket)] = int(value)
     return delays
+
+
+BATCH_REFUSALS = {  # a feedback script's whole answer when the campaign refuses the batch (campaign_lib.lua)
+    status.value.encode(): status for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED)
+}
+
+
+def _raise_refusal(raw: list[bytes]) -> None:
+    if len(raw) == 1 and raw[0] in BATCH_REFUSALS:
+        raise CampaignRefused(BATCH_REFUSALS[raw[0]])
 
 
 class RedisStore:
@@ -309,13 +337,15 @@ class RedisStore:
         ]
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
-        keys = [self.keys.audit(campaign.id)]
+        keys = [self.keys.counters(campaign.id), self.keys.audit(campaign.id)]
         if request_id is not None:
             keys.append(self.keys.request(campaign.id, request_id))
-        args = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record)]
-        repeated, earlier = await self._run("record_fallback", keys, args)
-        if repeated:
+        args = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record), campaign.version]
+        status, earlier = await self._run("record_fallback", keys, args)
+        if status == 1:
             return _earlier(earlier)
+        if status in REFUSALS:
+            return DecisionResult(REFUSALS[status])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
     async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
@@ -324,7 +354,7 @@ class RedisStore:
             try:
                 outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
             except CampaignRefused as refused:
-                raise CampaignRefused(str(refused), outcomes) from None
+                raise CampaignRefused(refused.reason, outcomes) from None
         return outcomes
 
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
@@ -339,8 +369,7 @@ class RedisStore:
         records = b"\n".join(orjson.dumps(event.record) for event in events)
         args = [now // MICROS, orjson.dumps(params), records, campaign.version]
         raw = await self._run("apply_conversions", keys, args)
-        if raw in ([b"unknown"], [b"paused"], [b"moved"]):
-            raise CampaignRefused(raw[0].decode())
+        _raise_refusal(raw)
         return [Outcome(outcome.decode()) for outcome in raw]
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
@@ -396,7 +425,9 @@ class RedisStore:
         keys = [self.keys.sched(cid), self.keys.closed(cid), self.keys.audit(cid)]
         return bool(await self._run("commit_plan", keys, args))
 
-    async def apply_anonymous(self, campaign: Campaign, events: list[AnonymousEvent], now: int) -> list[str]:
+    async def apply_anonymous(
+        self, campaign: Campaign, events: list[AnonymousEvent], now: int
+    ) -> list[Outcome | Uncredited]:
         cid = campaign.id
         keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
         params = [
@@ -407,9 +438,9 @@ class RedisStore:
         records = b"\n".join(orjson.dumps(event.record) for event in events)
         args = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
         raw = await self._run("apply_anonymous", keys, args)
-        if raw in ([b"unknown"], [b"paused"], [b"moved"]):
-            raise CampaignRefused(raw[0].decode())
-        return [outcome.decode() for outcome in raw]
+        _raise_refusal(raw)
+        return [Uncredited(text) if text == Uncredited.BEFORE_DECISION else Outcome(text)
+                for text in (outcome.decode() for outcome in raw)]  # fmt: skip
 
     # audit queue ----------------------------------------------------------------------------------
 

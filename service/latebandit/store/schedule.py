@@ -26,10 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from latebandit.audit.records import Outcome
 from latebandit.policies.schedule import Next, Observed, Plan, Segment
 
 CLOSE_PER_CALL = 1000  # records closed at most per operation (the rest on the next one)
 NO_RECORD = -2  # ``current`` before the first record of a plan; -1 is the plan's hold
+
+
+class Uncredited(StrEnum):
+    """An anonymous event that no record of the schedule could take (it is refused, not recorded)."""
+
+    BEFORE_DECISION = "before_decision"  # it precedes the campaign's first decision
 
 
 class ClaimStatus(StrEnum):
@@ -204,12 +211,12 @@ class ScheduleBook:
         del self.closed[:consumed]
         return True
 
-    def credit(self, start: int, end: int, value: float) -> str:
+    def credit(self, start: int, end: int, value: float) -> Outcome | Uncredited:
         """Credit an aggregate over [start, end) to the open records it overlaps, in proportion to time (an
         instant, start == end, to the record containing it). ``phase_closed`` if it reaches back before
         ``closed_until``; ``before_decision`` if it touches no record (it precedes the first decision)."""
         if start < self.closed_until:
-            return "phase_closed"
+            return Outcome.PHASE_CLOSED
         shares = []
         for record in self.records.values():  # in id (play) order: ids only grow, and a dict keeps insertion order
             upper = record.end if record.end is not None else max(end, start + 1)
@@ -220,7 +227,7 @@ class ScheduleBook:
                 shares.append((record, (min(end, upper) - max(start, record.start)) / (end - start)))
         for record, share in shares:
             record.reward += value * share
-        return "counted" if shares else "before_decision"
+        return Outcome.COUNTED if shares else Uncredited.BEFORE_DECISION
 
     def view(self) -> ScheduleView:
         open_ = [record.observed(self.slot) for record in self.records.values()]

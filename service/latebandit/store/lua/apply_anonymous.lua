@@ -1,4 +1,4 @@
--- requires: schedule_lib, dedup_lib
+-- requires: campaign_lib, schedule_lib, dedup_lib
 -- Deduplicate and credit a batch of one planning campaign's aggregates and watermarks, then close the
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (hash), dedup expiry (zset).
@@ -8,10 +8,8 @@
 local counters, sched, segments, starts, closed, audit, seen, expiry =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now, lateness = tonumber(ARGV[1]), tonumber(ARGV[2])
-local paused = redis.call('HGET', counters, 'paused')
-if not paused then return {'unknown'} end
-if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[5] then return {'moved'} end
-if paused == '1' then return {'paused'} end
+local refusal = campaign_refusal(counters, ARGV[5])
+if refusal then return {refusal} end
 local num = field_reader(sched)
 local now_s = math.floor(now / 1000000)
 

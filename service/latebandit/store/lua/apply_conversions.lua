@@ -1,4 +1,4 @@
--- requires: dedup_lib
+-- requires: campaign_lib, dedup_lib
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
 -- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset),
 -- delays (hash arm:delay bucket -> count).
@@ -7,10 +7,8 @@
 -- version the events were classified against.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
 local counters, cells, audit, seen, expiry, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local paused = redis.call('HGET', counters, 'paused')
-if not paused then return {'unknown'} end
-if (redis.call('HGET', counters, 'v') or '1') ~= ARGV[4] then return {'moved'} end
-if paused == '1' then return {'paused'} end
+local refusal = campaign_refusal(counters, ARGV[4])
+if refusal then return {refusal} end
 
 local events = cjson.decode(ARGV[2])
 sweep(seen, expiry, ARGV[1], 2 * #events + 16)

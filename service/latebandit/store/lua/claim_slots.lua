@@ -1,4 +1,4 @@
--- requires: schedule_lib
+-- requires: campaign_lib, schedule_lib
 -- Claim the next slots of a planning campaign's schedule for a batch of decisions made at one moment (the
 -- engine's group commit; mirrors store/schedule.py), in order, one slot each.
 -- KEYS: counters, sched, segments, starts (zset), closed (list), audit, then one request key per decision that
@@ -16,15 +16,8 @@ local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[5]), to
 local expected_arm, expected_propensity, ttl = ARGV[2], ARGV[3], ARGV[4]
 local num = field_reader(sched)
 
-local refusal = nil
-local paused = redis.call('HGET', counters, 'paused')
-if not paused then
-  refusal = {3, '', '', 0}
-elseif (redis.call('HGET', counters, 'v') or '1') ~= ARGV[8] then
-  refusal = {6, '', '', 0}
-elseif paused == '1' then
-  refusal = {2, '', '', 0}
-end
+local refused = ({paused = 2, unknown = 3, moved = 6})[campaign_refusal(counters, ARGV[8])]
+local refusal = refused and {refused, '', '', 0}
 local table_json = not refusal and redis.call('HGET', sched, 'table')
 if not refusal and not table_json then refusal = {4, '', '', 0} end
 local plan = table_json and cjson.decode(table_json)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}

@@ -1,3 +1,4 @@
+-- requires: campaign_lib
 -- Record a batch of pulls (a group commit of the decisions one worker made meanwhile), each atomically with
 -- its audit entry; a retried request_id gets its earlier decision.
 -- KEYS: counters, cells, audit, then one request key per pull that has a request_id, in pull order.
@@ -11,21 +12,7 @@ local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
 local version, ttl, moments = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local width = 7 + moments
 
--- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what a replay computes.
-local function add_float(key, field, value)
-  local total = (tonumber(redis.call('HGET', key, field)) or 0) + tonumber(value)
-  redis.call('HSET', key, field, string.format('%.17g', total))
-end
-
-local refusal = 0
-local paused = redis.call('HGET', counters, 'paused')
-if not paused then
-  refusal = 3
-elseif (redis.call('HGET', counters, 'v') or '1') ~= version then
-  refusal = 4
-elseif paused == '1' then
-  refusal = 2
-end
+local refusal = ({paused = 2, unknown = 3, moved = 4})[campaign_refusal(counters, version)] or 0
 
 local statuses, earliers = {}, {}
 local request = 3

@@ -1,3 +1,4 @@
+-- requires: campaign_lib
 -- Shared by the schedule scripts (prepended by store/redis.py to every script that starts with
 -- "-- requires: schedule_lib"); mirrors service/latebandit/store/schedule.py.
 
@@ -6,12 +7,6 @@ local function int(x) return string.format('%.0f', x) end
 
 local function field_reader(key)
   return function(field) return tonumber(redis.call('HGET', key, field)) end
-end
-
--- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what the embedded store computes.
-local function add_float(key, field, value)
-  local total = (tonumber(redis.call('HGET', key, field)) or 0) + value
-  redis.call('HSET', key, field, string.format('%.17g', total))
 end
 
 -- Close, in play order, the records whose feedback is complete (the watermark or the allowed lateness has
