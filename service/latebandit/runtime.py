@@ -35,6 +35,7 @@ from latebandit.tokens import TokenSigner
 log = logging.getLogger("latebandit")
 
 DIAGNOSTICS_EVERY = 5.0  # seconds between publications of the per-arm gauges (engine.publish_diagnostics)
+HISTORY_RETRY = 2.0  # seconds the audit log is taken as unreachable after a failed campaign lookup
 SPOOL_EVERY = 1.0  # seconds between hand-overs of spooled fallback decisions to the audit log
 BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
 
@@ -72,6 +73,26 @@ class SchemaBehind(RuntimeError):
     pass
 
 
+class CampaignHistory:
+    """Campaign configurations from the audit log, for the lookups of campaigns the store does not know.
+    After a failure the log is answered unreachable for HISTORY_RETRY seconds without trying, so that a
+    burst of lookups (made-up ids while PostgreSQL is away) waits for one connect timeout, not one each."""
+
+    def __init__(self, audit: AuditLog) -> None:
+        self.audit = audit
+        self._down_until = 0.0  # time.monotonic()
+
+    async def __call__(self, campaign_id: str) -> Campaign | None:
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable("the audit log is unreachable, so the id cannot be checked (retried shortly)")
+        try:
+            config = await asyncio.to_thread(self.audit.created, campaign_id)
+        except SQLAlchemyError as error:  # creating a campaign must not forget an existing one's history
+            self._down_until = time.monotonic() + HISTORY_RETRY
+            raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
+        return None if config is None else Campaign.model_validate(config)
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -96,17 +117,10 @@ class Runtime:
         # In the embedded mode the queue lives in process memory: flush it before answering.
         durable = writer.flush if settings.embedded else None
 
-        async def from_history(campaign_id: str) -> Campaign | None:
-            try:
-                config = await asyncio.to_thread(audit.created, campaign_id)
-            except SQLAlchemyError as error:  # creating a campaign must not forget an existing one's history
-                raise StoreUnavailable(f"the audit log is unreachable, so the id cannot be checked: {error}") from error
-            return None if config is None else Campaign.model_validate(config)
-
         signer = TokenSigner(load_secret(settings), settings.previous_secret_list())
         spool = None if settings.embedded else Spool(settings.spool_path(), settings.spool_limit)
         engine = DecisionEngine(
-            store, signer, wall_clock, np.random.default_rng(), options, durable, from_history, spool
+            store, signer, wall_clock, np.random.default_rng(), options, durable, CampaignHistory(audit), spool
         )
         return cls(settings, store, audit, writer, engine)
 

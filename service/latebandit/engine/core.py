@@ -63,6 +63,12 @@ class CampaignExists(ValueError):
 
 
 MAX_MOVES = 3
+# Campaign ids no store or history knows are answered unknown without a lookup for this long (µs), so a
+# client naming made-up campaigns costs one Redis read and one audit query per id and window, not per
+# event. The price: a campaign created on another worker meanwhile is unknown here for as long.
+UNKNOWN_FOR = 5 * MICROS
+UNKNOWN_REMEMBERED = 10_000  # such ids held at most (the oldest go first)
+LOOKUPS_PER_BATCH = 100  # campaigns one /feedback batch may make this worker look up; the rest are refused
 GROUP_LIMIT = 64  # decisions recorded by one script call at most (the store's per-call cost is amortised long before)
 Item = Conversion | dict[str, Any]  # a verified conversion, or an aggregate or watermark as sent
 """Reloads of a campaign whose policy version changed under a request before it answers 503 (retry)."""
@@ -136,6 +142,7 @@ class DecisionEngine:
         self._from_history = from_history
         self.spool = spool  # where fallback decisions' audit records go while the store is unreachable
         self._campaigns: dict[str, Campaign] = {}
+        self._unknown: dict[str, int] = {}  # campaign id -> until when (µs) it is answered unknown unread
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
@@ -164,17 +171,26 @@ class DecisionEngine:
 
     def _remember(self, campaign: Campaign) -> None:
         self._campaigns[campaign.id] = campaign
+        self._unknown.pop(campaign.id, None)
         metrics.publish_campaign(campaign)
+
+    def _remember_unknown(self, campaign_id: str) -> None:
+        if len(self._unknown) >= UNKNOWN_REMEMBERED:
+            del self._unknown[next(iter(self._unknown))]
+        self._unknown[campaign_id] = self.clock() + UNKNOWN_FOR
 
     async def campaign(self, campaign_id: str, fresh: bool = False) -> Campaign:
         """The campaign's configuration; cached per worker. The store's scripts check the status and the
         policy version themselves, and a stale copy is reloaded when they answer ``moved``."""
         campaign = None if fresh else self._campaigns.get(campaign_id)
         if campaign is None:
+            if not fresh and self._unknown.get(campaign_id, 0) > self.clock():
+                raise UnknownCampaign(campaign_id)
             campaign = await self.store.get_campaign(campaign_id)
             if campaign is None:
                 if await self._remembered(campaign_id) is not None:
                     raise lost_campaign(campaign_id)  # the same answer on every worker: retry after rebuild
+                self._remember_unknown(campaign_id)
                 raise UnknownCampaign(campaign_id)
             self._remember(campaign)
         return campaign
@@ -363,6 +379,7 @@ class DecisionEngine:
         skew = round(self.options.max_skew * MICROS)
         by_campaign: dict[str, list[tuple[int, Item]]] = defaultdict(list)
         unknown: dict[str, Rejection | None] = {}  # each campaign is looked up once per batch
+        lookups = 0
         for index, raw in enumerate(events):
             try:
                 campaign_id, item = self._validate(raw, now, skew)
@@ -370,7 +387,15 @@ class DecisionEngine:
                 result.reject(index, rejection)
                 continue
             if campaign_id not in unknown:
-                unknown[campaign_id] = await self._unknown(campaign_id)
+                uncached = campaign_id not in self._campaigns
+                if uncached and lookups >= LOOKUPS_PER_BATCH:
+                    unknown[campaign_id] = Rejection(
+                        Reason.UNKNOWN_CAMPAIGN, f"more than {LOOKUPS_PER_BATCH} campaigns this worker has not "
+                        "seen yet in one batch: send this event again (the ones looked up are known now)",
+                    )  # fmt: skip
+                else:
+                    lookups += uncached
+                    unknown[campaign_id] = await self._unknown_campaign(campaign_id)
             refusal = unknown[campaign_id]
             if refusal is not None:
                 result.reject(index, refusal)
@@ -468,7 +493,7 @@ class DecisionEngine:
         conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
         return conversion.campaign, conversion
 
-    async def _unknown(self, campaign_id: str) -> Rejection | None:
+    async def _unknown_campaign(self, campaign_id: str) -> Rejection | None:
         """The refusal of events for a campaign no store or history knows; None when it is known."""
         try:
             await self.campaign(campaign_id)
