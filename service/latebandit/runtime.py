@@ -29,7 +29,7 @@ from latebandit.replay.rebuild import restore_memory
 from latebandit.store.base import StateStore, StoreUnavailable
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
-from latebandit.timeutil import wall_clock
+from latebandit.timeutil import Clock, wall_clock
 from latebandit.tokens import TokenSigner
 
 log = logging.getLogger("latebandit")
@@ -61,12 +61,12 @@ def load_secret(settings: Settings) -> str:
     return generated
 
 
-def redis_store(settings: Settings) -> RedisStore:
+def redis_store(settings: Settings, clock: Clock = wall_clock) -> RedisStore:
     """The Redis state store of LATEBANDIT_REDIS_URL (ValueError when it is not set)."""
     url = revealed(settings.redis_url)
     if not url:
         raise ValueError("LATEBANDIT_REDIS_URL is not set")
-    return RedisStore(url, settings.redis_prefix, cluster=settings.redis_cluster)
+    return RedisStore(url, settings.redis_prefix, cluster=settings.redis_cluster, clock=clock)
 
 
 class SchemaBehind(RuntimeError):
@@ -104,9 +104,11 @@ class Runtime:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def build(cls, settings: Settings) -> Runtime:
+    def build(cls, settings: Settings, clock: Clock = wall_clock) -> Runtime:
+        """``clock`` (µs) stamps decisions and feedback: the wall clock, or a test's own, so that a test of
+        time-dependent behaviour moves time instead of sleeping."""
         audit = AuditLog(settings.sqlalchemy_url)
-        store: StateStore = MemoryStore(wall_clock) if settings.embedded else redis_store(settings)
+        store: StateStore = MemoryStore(clock) if settings.embedded else redis_store(settings, clock)
         writer = AuditWriter(store, audit, settings.audit_batch)
         options = EngineOptions(
             max_skew=settings.max_skew,
@@ -120,7 +122,7 @@ class Runtime:
         signer = TokenSigner(load_secret(settings), settings.previous_secret_list())
         spool = None if settings.embedded else Spool(settings.spool_path(), settings.spool_limit)
         engine = DecisionEngine(
-            store, signer, wall_clock, np.random.default_rng(), options, durable, CampaignHistory(audit), spool
+            store, signer, clock, np.random.default_rng(), options, durable, CampaignHistory(audit), spool
         )
         return cls(settings, store, audit, writer, engine)
 

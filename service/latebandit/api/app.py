@@ -28,13 +28,13 @@ from starlette.types import Scope as AsgiScope
 from latebandit import metrics
 from latebandit.api.auth import ApiKeyGate, ApiKeys
 from latebandit.api.hot_paths import Endpoint, HotPaths
+from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.engine.core import CampaignExists, DecisionEngine, UnknownCampaign
 from latebandit.engine.feedback import MAX_EVENTS, Reason
 from latebandit.ids import Identifier
 from latebandit.logs import RequestLog
-from latebandit.replay.rebuild import replay_audit
 from latebandit.runtime import Runtime
 from latebandit.store.base import CampaignMoved, StoreUnavailable
 from latebandit.timeutil import parse_time
@@ -150,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime = Runtime.build(settings)
         await runtime.start()
         app.state.runtime = runtime
+        app.state.past_states = PastStates(runtime)
         try:
             yield
         finally:
@@ -221,7 +222,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if moment >= engine.clock():
             return json_response(await engine.state(campaign_id, moment))
         await engine.campaign(campaign_id, fresh=True)
-        return json_response(await state_from_audit(request.app.state.runtime, campaign_id, moment))
+        try:
+            return json_response(await request.app.state.past_states.state(campaign_id, moment))
+        except CampaignNotYet as missing:
+            raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time") from missing
 
     @app.post("/campaigns/{campaign_id}/pause")
     async def pause(campaign_id: Identifier, engine: Engine) -> Response:
@@ -316,12 +320,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
 
     return app
-
-
-async def state_from_audit(runtime: Runtime, campaign_id: str, at: int) -> dict[str, Any]:
-    """The state as of a past moment: the audit log replayed up to it (after draining the audit queue)."""
-    await runtime.writer.flush()
-    replayer = await replay_audit(runtime.audit, runtime.settings, campaign_id, as_of=at)
-    if campaign_id not in replayer.campaigns:
-        raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time")
-    return await replayer.state(campaign_id, at)
