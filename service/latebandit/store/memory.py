@@ -115,10 +115,11 @@ class MemoryStore:
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
         """Counters are always fresh; with ``max_age`` > 0 the histogram arrays built at most that many
-        seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B)."""
+        seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B); with 0 they are
+        built now (a replay's clock may stand still while cells change)."""
         memory = self._campaigns[campaign.id]
         now = self._clock()
-        if memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
+        if max_age <= 0 or memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
         return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())  # type: ignore[union-attr]
 
