@@ -36,6 +36,15 @@ def spool_files(directory: Path) -> list[str]:
     return sorted(path.name for path in directory.iterdir())
 
 
+async def hand_over_once(directory: Path, audit: AuditLog) -> int:
+    """A worker that starts, hands over what it may take, and stops."""
+    spool = Spool(directory, limit=1 << 20)
+    try:
+        return await spool.hand_over(audit)
+    finally:
+        spool.close()
+
+
 def test_spooled_decisions_reach_the_audit_log_once(tmp_path: Path, log: AuditLog) -> None:  # noqa: F811
     async def scenario() -> None:
         spool = Spool(tmp_path / "spool", limit=1 << 20)
@@ -70,14 +79,7 @@ def test_a_hand_over_repeated_after_a_crash_adds_nothing(tmp_path: Path, log: Au
     shutil.rmtree(tmp_path / "spool")
     kept.rename(tmp_path / "spool")  # its lock file is there, held by nobody: a dead worker's spool
 
-    async def successor() -> int:
-        spool = Spool(tmp_path / "spool", limit=1 << 20)
-        try:
-            return await spool.hand_over(log)
-        finally:
-            spool.close()
-
-    assert asyncio.run(successor()) == 5
+    assert asyncio.run(hand_over_once(tmp_path / "spool", log)) == 5
     assert logged(log) == [f"fb{n}" for n in range(5)]
     assert spool_files(tmp_path / "spool") == []
 
@@ -130,14 +132,7 @@ def test_a_torn_last_line_was_never_answered_and_is_skipped(tmp_path: Path, log:
     torn = orjson.dumps(fallback(2))[:40]
     (tmp_path / "spool" / "dead.0.jsonl").write_bytes(orjson.dumps(fallback(1)) + b"\n" + torn)
 
-    async def successor() -> int:
-        spool = Spool(tmp_path / "spool", limit=1 << 20)
-        try:
-            return await spool.hand_over(log)
-        finally:
-            spool.close()
-
-    assert asyncio.run(successor()) == 1
+    assert asyncio.run(hand_over_once(tmp_path / "spool", log)) == 1
     assert logged(log) == ["fb1"]
 
 
@@ -161,17 +156,10 @@ def test_a_killed_workers_spool_is_adopted_by_another(tmp_path: Path, log: Audit
     try:
         assert ready.wait(60), "the worker did not spool"
 
-        async def other_worker() -> int:
-            spool = Spool(tmp_path / "spool", limit=1 << 20)
-            try:
-                return await spool.hand_over(log)
-            finally:
-                spool.close()
-
-        assert asyncio.run(other_worker()) == 0  # alive: its spool is its own
+        assert asyncio.run(hand_over_once(tmp_path / "spool", log)) == 0  # alive: its spool is its own
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(30)
-        assert asyncio.run(other_worker()) == 7
+        assert asyncio.run(hand_over_once(tmp_path / "spool", log)) == 7
     finally:
         if worker.is_alive():
             worker.kill()
