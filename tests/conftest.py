@@ -17,6 +17,25 @@ import pytest
 REDIS_URL = os.environ.get("LATEBANDIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN_URL = os.environ.get("LATEBANDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+SERVICE_FIXTURES = {"redis_url": "redis", "redis_prefix": "redis", "redis_cluster_url": "redis"} | {
+    "postgres_url": "postgres"
+}
+TIERS = ("redis", "postgres", "e2e", "slow")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers from what a test uses, so that test files need not say it: a Redis or PostgreSQL fixture marks
+    it redis / postgres, tests/e2e marks it e2e; ``slow`` is set by hand. The rest are ``quick``
+    (``pytest -m quick`` runs them alone in seconds; CI runs everything)."""
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in SERVICE_FIXTURES:
+                item.add_marker(SERVICE_FIXTURES[fixture])
+        if "e2e" in item.path.parts:
+            item.add_marker("e2e")
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker("quick")
+
 
 def unavailable(what: str, error: Exception) -> None:
     message = f"{what} is not reachable ({error}); start it or set the LATEBANDIT_TEST_* URL"

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from latebandit.sim.runner import PolicyResult, mean_and_error, simulate
 from latebandit.sim.scenario import scenario_from_mapping
+
+pytestmark = pytest.mark.slow  # simulations or a build: seconds each
 
 
 def pareto(alpha: float) -> dict[str, Any]:

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # simulations or a build: seconds each
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -16,6 +17,8 @@ from latebandit.sim.reproductions import REPRODUCTIONS
 from latebandit.sim.runner import simulate
 from latebandit.sim.scenario import scenario_from_mapping
 from tests.unit.test_sim_scenario import CONTRACT_EXAMPLE
+
+pytestmark = pytest.mark.slow  # simulations or a build: seconds each
 
 # The CONTRACT.md example, shrunk to run in a moment.
 SCENARIO: dict[str, Any] = {

@@ -36,7 +36,7 @@ def make_campaign(slot_seconds: float | None = None, lateness: float = 60.0) -> 
     )  # fmt: skip
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 async def stores(request) -> AsyncIterator[Callable[[Clock], StateStore]]:
     made: list[RedisStore] = []
 

@@ -34,7 +34,7 @@ def make_campaign(campaign_id: str = "c1", delay: dict | None = None) -> Campaig
     )
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
+@pytest.fixture(params=["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))])
 async def store(request) -> AsyncIterator[StateStore]:
     if request.param == "memory":
         yield MemoryStore(clock=lambda: T0)

@@ -110,6 +110,7 @@ def play_directly(policy_name: str, horizon: int, keep: float, seed: int) -> flo
     return earned / counted
 
 
+@pytest.mark.slow
 def test_replay_of_an_adaptive_policy_matches_its_own_play() -> None:
     world = scenario({"name": "uniform"}, horizon=1500, seed=11)
     logs = [read_campaign_log(lines, None, None) for lines in simulated_logs(world, runs=40)]
