@@ -145,32 +145,74 @@ def audit_writer(
 
 @app.command()
 def migrate() -> None:
-    """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file)."""
-    from latebandit.audit.migrate import head_revision, upgrade
+    """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file), and create
+    the audit tables' day partitions up to a few days ahead (the audit writer keeps creating them)."""
+    from latebandit.audit.log import AuditLog
+    from latebandit.audit.migrate import head_revision
+    from latebandit.audit.partitions import ensure_days
+    from latebandit.timeutil import wall_clock
 
-    settings = Settings()
-    upgrade(settings.sqlalchemy_url)
-    console.print(f"audit schema at revision [bold]{head_revision()}[/]")
+    audit = AuditLog(Settings().sqlalchemy_url)
+    audit.create_schema()
+    created = ensure_days(audit.engine, wall_clock())
+    console.print(f"audit schema at revision [bold]{head_revision()}[/]; {len(created)} day partition(s) created")
 
 
 @app.command()
 def export(
     campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None,
     since: Annotated[str | None, typer.Option(help="only events at or after this RFC 3339 time")] = None,
+    until: Annotated[str | None, typer.Option(help="only events before this RFC 3339 time")] = None,
 ) -> None:
-    """Write the audit log as an event log (JSONL) to stdout."""
+    """Write the audit log as an event log (JSONL) to stdout. Events are placed in time by when the service
+    recorded them (a conversion by when it arrived), so --until T and --since T split the log in two."""
     from latebandit.audit.export import export_lines
     from latebandit.audit.log import AuditLog
-    from latebandit.timeutil import parse_time
 
     audit = AuditLog(Settings().sqlalchemy_url)
     if campaign is not None and not audit.has_campaign(campaign):
         console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
         raise typer.Exit(1)
     out = sys.stdout
-    for line in export_lines(audit, campaign, parse_time(since) if since else None):
+    since_us = None if since is None else _moment(since, "--since")
+    until_us = None if until is None else _moment(until, "--until")
+    for line in export_lines(audit, campaign, since_us, until_us):
         out.write(line + "\n")
     out.flush()
+
+
+def _moment(text: str, flag: str) -> int:
+    """An RFC 3339 option in epoch microseconds; exits with status 2 and the reason if it is not one."""
+    from latebandit.timeutil import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as error:
+        console.print(f"[red]{flag}: {error}[/]")
+        raise typer.Exit(2) from error
+
+
+@app.command()
+def archive(
+    until: Annotated[str, typer.Option(help="a UTC midnight (RFC 3339): archive what was recorded before it")],
+    out: Annotated[Path, typer.Option(help="the archive to write (JSONL, gzip-compressed); never overwritten")],
+) -> None:
+    """Export what the audit log recorded before --until to a compressed event log, then drop it from the
+    log. Refuses, changing nothing, while a campaign can still learn from events of that range."""
+    from latebandit.audit.archive import ArchiveRefused
+    from latebandit.audit.archive import archive as archive_range
+    from latebandit.audit.log import AuditLog
+    from latebandit.timeutil import wall_clock
+
+    settings = Settings()
+    cut = _moment(until, "--until")
+    try:
+        done = archive_range(AuditLog(settings.sqlalchemy_url), settings, cut, out, wall_clock())
+    except ArchiveRefused as error:
+        console.print(f"[red]not archived[/]: {error}")
+        raise typer.Exit(1) from error
+    rows = ", ".join(f"{count} from {table}" for table, count in done.removed.items())
+    console.print(f"archived {done.lines} events to {done.path} ({done.size} bytes); dropped {rows}")
 
 
 @app.command()
@@ -282,8 +324,15 @@ def _print_state(state: dict) -> None:
 
 
 @app.command()
-def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None) -> None:
-    """Rebuild the Redis state from the audit log (after Redis lost its data)."""
+def rebuild(
+    campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None,
+    archive: Annotated[
+        list[Path] | None,
+        typer.Option(exists=True, dir_okay=False, help="an archive the log was cut from (repeat it, oldest first)"),
+    ] = None,
+) -> None:
+    """Rebuild the Redis state from the audit log (after Redis lost its data), after the archives the log
+    was cut from, if given: without them, what was archived no longer counts in the state."""
     from latebandit.audit.log import AuditLog
     from latebandit.audit.writer import AuditWriter
     from latebandit.replay.rebuild import rebuild_redis
@@ -300,7 +349,7 @@ def rebuild(campaign: Annotated[str | None, typer.Option(help="only this campaig
         try:
             # What Redis still queues must reach the log first, or the rebuilt state would lose it.
             await AuditWriter(store, audit, settings.audit_batch).flush()
-            return await rebuild_redis(audit, store, settings, campaign)
+            return await rebuild_redis(audit, store, settings, campaign, [str(path) for path in archive or ()])
         finally:
             await store.close()
 

@@ -22,6 +22,7 @@ from latebandit.audit.export import export_lines, record_to_line
 from latebandit.audit.log import AuditLog
 from latebandit.audit.migrate import alembic_config, head_revision
 from latebandit.audit.models import Base
+from latebandit.audit.partitions import include_name
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Outcome, Record
 from latebandit.audit.writer import AuditWriter
@@ -131,7 +132,8 @@ def test_migrations_build_the_models_schema_and_status_tracks_it(database_url: s
         assert status_now.up_to_date
         assert status_now.current == status_now.head == head_revision()
         with audit.engine.connect() as connection:
-            assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+            context = MigrationContext.configure(connection, opts={"include_name": include_name})
+            assert compare_metadata(context, Base.metadata) == []
         command.downgrade(alembic_config(url), "base")
         behind = audit.schema_status()
         assert (behind.current, behind.up_to_date) == (None, False)
@@ -283,7 +285,7 @@ def test_every_record_round_trips_exactly(
 
 def test_export_lines_have_the_contract_shapes(log: AuditLog) -> None:
     log.write(entries_of(CAMPAIGN.id, day_of_traffic()))
-    lines = [orjson.loads(line) for line in export_lines(log, None, None)]
+    lines = [orjson.loads(line) for line in export_lines(log, None, None, None)]
     assert all(value is not None for line in lines for value in line.values())
 
     created = lines[0]
@@ -321,7 +323,7 @@ def test_export_lines_have_the_contract_shapes(log: AuditLog) -> None:
 def test_export_since_keeps_later_records(log: AuditLog) -> None:
     log.write(entries_of(CAMPAIGN.id, day_of_traffic()))
     since = T0 + 20 * SECOND
-    lines = [orjson.loads(line) for line in export_lines(log, CAMPAIGN.id, since)]
+    lines = [orjson.loads(line) for line in export_lines(log, CAMPAIGN.id, since, None)]
     assert [line["type"] for line in lines] == [
         "conversion",
         "campaign",

@@ -57,9 +57,9 @@ def campaign_line(record: Record) -> dict[str, Any]:
             "at": format_time(record["at"])}  # fmt: skip
 
 
-def export_lines(log: AuditLog, campaign: str | None, since_us: int | None) -> Iterator[str]:
+def export_lines(log: AuditLog, campaign: str | None, since_us: int | None, until_us: int | None) -> Iterator[str]:
     """One JSON line per record, in the log's order. ``since_us`` keeps what the service recorded at or
-    after it (see ``AuditLog.records``): an increment to an earlier export, which holds the campaign
-    creation lines that a replay needs first."""
-    for record in log.records(campaign, since_us, None):
+    after it, ``until_us`` what it recorded before (see ``AuditLog.records``): an export since T is an
+    increment to an earlier one until T, which holds the campaign creation lines a replay needs first."""
+    for record in log.records(campaign, since_us, until_us):
         yield orjson.dumps(record_to_line(record)).decode()

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from latebandit.audit import migrate
+from latebandit.audit import migrate, partitions
 from latebandit.audit.models import MODELS, QUEUE_KEY, TABLE_OF_TYPE, AuditModel, CampaignEvent, Decision, FeedbackEvent
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Record
@@ -94,7 +94,9 @@ def _copy_rows(connection: Connection, model: AuditModel, values: list[dict[str,
         for row in values:
             copy.write_row([row[name] for name in names])
     moved = connection.exec_driver_sql(
-        f"INSERT INTO {table} ({listed}) SELECT {listed} FROM {staging} ON CONFLICT ({', '.join(QUEUE_KEY)}) DO NOTHING"
+        # No conflict target: the partitioned tables' key adds the partition column to the queue key
+        # (audit/partitions.py), and a repeated record repeats that column too.
+        f"INSERT INTO {table} ({listed}) SELECT {listed} FROM {staging} ON CONFLICT DO NOTHING"
     )
     return moved.rowcount
 
@@ -172,6 +174,25 @@ class AuditLog:
         """Every campaign the log knows (each one's first record is its creation)."""
         with self.engine.connect() as connection:
             return sorted(connection.scalars(select(CampaignEvent.campaign).distinct()))
+
+    @staticmethod
+    def table_of(record: Record) -> str | None:
+        """The partitioned table a record is stored in (None for a campaign event, which is kept)."""
+        table = TABLE_OF_TYPE[record["type"]].__tablename__
+        return table if table in partitions.PARTITIONED else None
+
+    def remove_before(self, until_us: int, expected: dict[str, int]) -> dict[str, int]:
+        """Drop the decision and feedback rows recorded before ``until_us``, provided the log holds exactly
+        ``expected`` of them per table (what an archive holds); ValueError, and nothing dropped, otherwise.
+        The tables stay locked for the count and the drop, so no row slips in between."""
+        with self.engine.begin() as connection:
+            for table, column in partitions.PARTITIONED.items():
+                if self.engine.dialect.name == "postgresql":
+                    connection.exec_driver_sql(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                held = connection.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE {column} < {until_us}")
+                if held.scalar_one() != expected.get(table, 0):
+                    raise ValueError(f"{table} holds other rows before that time than the archive")
+            return partitions.drop_before(connection, until_us)
 
     def has_campaign(self, campaign: str) -> bool:
         with self.engine.connect() as connection:

@@ -5,9 +5,11 @@ queue entry split into its two integers, and the record's position inside the en
 second time (the writer crashed between commit and acknowledgement) therefore inserts nothing, and
 reading a campaign back in key order reproduces the order in which the store applied its changes.
 
-Times are BIGINT epoch microseconds in ``*_us`` columns, as inside the service: exact, portable between
-PostgreSQL and SQLite, and ready for range partitioning by time. Strings are unbounded: the API validates
-ids, and the audit log must never refuse a row the state store has already accepted.
+Times are BIGINT epoch microseconds in ``*_us`` columns, as inside the service: exact and portable between
+PostgreSQL and SQLite. In PostgreSQL the decision and feedback tables are partitioned by day on their
+``logged_at`` column, which their primary key there includes (audit/partitions.py, migration 0004).
+Strings are unbounded: the API validates ids, and the audit log must never refuse a row the state store
+has already accepted.
 
 Each model converts between a record (service/latebandit/audit/records.py) and a row, so that ``records()`` hands back
 exactly the dicts the store queued.

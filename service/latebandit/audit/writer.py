@@ -14,12 +14,14 @@ import contextlib
 import logging
 
 from latebandit import metrics
+from latebandit.audit import partitions
 from latebandit.audit.log import AuditLog
 from latebandit.audit.queue import AuditQueue
 from latebandit.store.base import StoreUnavailable
 from latebandit.timeutil import MICROS, wall_clock
 
 logger = logging.getLogger("latebandit.audit")
+PARTITIONS_EVERY = 3_600 * MICROS  # microseconds between checks that the coming days have partitions
 
 
 class AuditWriter:
@@ -56,13 +58,29 @@ class AuditWriter:
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         """Drain every ``interval`` seconds until ``stop`` is set; straight away again while a queue
-        still held a full batch."""
+        still held a full batch. Creates the coming days' partitions at start and every hour."""
+        partitions_due = 0
         while not stop.is_set():
+            if wall_clock() >= partitions_due:
+                ready = await self._create_partitions()
+                partitions_due = wall_clock() + (PARTITIONS_EVERY if ready else round(interval * MICROS))
             more, failure = await self._pass(claim=True, lease=max(1.0, 5 * interval))
             if more and failure is None:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
+
+    async def _create_partitions(self) -> bool:
+        """The day partitions of yesterday to a few days ahead (audit/partitions.py); False if the database
+        could not be reached (the DEFAULT partition takes the rows meanwhile)."""
+        try:
+            created = await asyncio.to_thread(partitions.ensure_days, self.log.engine, wall_clock())
+        except Exception as error:
+            logger.warning("audit partitions not created yet: %s", error)
+            return False
+        if created:
+            logger.info("audit partitions created: %s", ", ".join(created))
+        return True
 
     async def _pass(self, claim: bool, lease: float = 0.0) -> tuple[bool, Exception | None]:
         """Drain each campaign once (with ``claim``, only those whose lease this process holds). Returns

@@ -16,6 +16,7 @@ from sqlalchemy import pool
 
 from latebandit.audit.log import audit_engine
 from latebandit.audit.models import Base
+from latebandit.audit.partitions import include_name
 from latebandit.config import Settings
 
 config = context.config
@@ -37,6 +38,7 @@ def options(url: str) -> dict[str, Any]:
         "compare_type": True,
         "render_as_batch": url.startswith("sqlite"),
         "transactional_ddl": True,
+        "include_name": include_name,
     }
 
 

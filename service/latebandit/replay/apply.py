@@ -18,6 +18,7 @@ recorded them, which rebuilds its schedule exactly.
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
@@ -84,6 +85,7 @@ class Replayer:
         self._latest: Counter[str] = Counter()
         self._bucket: dict[str, int] = {}  # per campaign, the histogram bucket of its latest event
         self.skipped: Counter[str] = Counter()
+        self._campaign_lines: set[bytes] = set()  # campaign events are few, and are archived yet kept
 
     def _advance(self, moment: int) -> bool:
         """Move the virtual clock; False if the event lies after ``as_of`` and must be left out."""
@@ -117,6 +119,11 @@ class Replayer:
             self.skipped[f"{kind}_event"] += 1
 
     async def _campaign(self, line: dict[str, Any]) -> None:
+        identity = orjson.dumps(line, option=orjson.OPT_SORT_KEYS)
+        if identity in self._campaign_lines:  # an archive followed by the log repeats the kept campaign lines
+            self.skipped["repeated_campaign_line"] += 1
+            return
+        self._campaign_lines.add(identity)
         if "arms" in line:
             campaign = campaign_from_line(line)
             if not self._advance(campaign.created_at):
@@ -252,7 +259,8 @@ class Replayer:
 
 
 def read_log(path: str) -> Iterable[dict[str, Any]]:
-    with open(path, "rb") as handle:
+    """The lines of an event log; gzip-compressed if its name ends in .gz (``latebandit archive``)."""
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if raw.strip():
                 try:

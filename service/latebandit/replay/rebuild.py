@@ -9,25 +9,33 @@ keys keep the time they had left at the end of the log.
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Sequence
+from typing import Any
 
 from latebandit.audit.log import AuditLog
 from latebandit.config import Settings
-from latebandit.replay.apply import Replayer, records_as_lines
+from latebandit.replay.apply import Replayer, read_log, records_as_lines
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, wall_clock
 
 
 async def replay_audit(
-    audit: AuditLog, settings: Settings, campaign: str | None = None, as_of: int | None = None
+    audit: AuditLog,
+    settings: Settings,
+    campaign: str | None = None,
+    as_of: int | None = None,
+    archives: Sequence[str] = (),
 ) -> Replayer:
-    """The audit log replayed, in a worker thread: a long log must not stall the event loop."""
+    """The audit log replayed, after the ``archives`` it was cut from (oldest first, ``latebandit
+    archive``), in a worker thread: a long log must not stall the event loop."""
 
     def replay() -> Replayer:
         replayer = Replayer(as_of, settings)
-        asyncio.run(
-            replayer.apply_all(records_as_lines(audit.records(campaign, None, None if as_of is None else as_of + 1)))
-        )
+        archived = (line for path in archives for line in read_log(path) if of_campaign(line, campaign))
+        kept = records_as_lines(audit.records(campaign, None, None if as_of is None else as_of + 1))
+        asyncio.run(replayer.apply_all(itertools.chain(archived, kept)))
         return replayer
 
     return await asyncio.to_thread(replay)
@@ -42,10 +50,14 @@ async def restore_memory(audit: AuditLog, store: MemoryStore, settings: Settings
     return list(replayer.campaigns)
 
 
+def of_campaign(line: dict[str, Any], campaign: str | None) -> bool:
+    return campaign is None or line.get("campaign", line.get("id")) == campaign
+
+
 async def rebuild_redis(
-    audit: AuditLog, store: RedisStore, settings: Settings, campaign: str | None = None
+    audit: AuditLog, store: RedisStore, settings: Settings, campaign: str | None = None, archives: Sequence[str] = ()
 ) -> list[str]:
-    replayer = await replay_audit(audit, settings, campaign)
+    replayer = await replay_audit(audit, settings, campaign, archives=archives)
     for campaign_id, config in replayer.campaigns.items():
         memory = replayer.store.export_campaign(campaign_id)
         snapshot = await replayer.store.snapshot(config)

@@ -1,0 +1,111 @@
+"""Retention: ``latebandit archive --until DAY --out FILE.jsonl.gz`` exports what the audit log recorded
+before a UTC midnight to a compressed event log, then drops it from the log (whole day partitions in
+PostgreSQL, audit/partitions.py).
+
+It refuses, changing nothing,
+- a range some campaign can still learn from: a decision recorded before ``until`` may get conversions
+  for its window (and, planning, its allowed lateness) plus the dedup retention and the clock skew, so
+  the range closes that long after ``until`` (the same horizon after which a replay forgets a decision);
+- an export that did not complete: the file is written beside its name, flushed to disk and renamed only
+  when whole, and the rows are dropped only if the log still holds exactly the rows the file holds (a
+  spooled fallback decision handed over meanwhile makes it refuse; run it again).
+
+Campaign events are exported too but stay in the log, so the log that is left still replays on its own
+(from the state its remaining events describe), and an archive followed by the log replays everything:
+the repeated campaign lines change nothing (``Replayer``). ``rebuild --archive`` does that.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from latebandit.audit.export import record_to_line
+from latebandit.audit.log import AuditLog
+from latebandit.audit.partitions import check_boundary
+from latebandit.campaign import Campaign
+from latebandit.config import Settings
+from latebandit.timeutil import format_time, seconds_to_micros
+
+
+class ArchiveRefused(Exception):
+    """The range cannot be archived now; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Archived:
+    path: Path
+    lines: int
+    removed: dict[str, int]  # rows dropped per table
+    size: int  # bytes of the compressed file
+
+
+def settles_after(campaign: Campaign, settings: Settings) -> int:
+    """Microseconds after an event of ``campaign`` was recorded from which nothing that arrives can change
+    what it did: its window or allowed lateness, plus dedup retention and clock skew."""
+    learning = max(campaign.window, campaign.allowed_lateness)
+    return seconds_to_micros(learning + settings.dedup_retention + settings.max_skew)
+
+
+def still_open(log: AuditLog, settings: Settings, until_us: int, now_us: int) -> dict[str, int]:
+    """The campaigns created before ``until_us`` whose range before it is still open at ``now_us``, each with
+    the moment it closes."""
+    open_until = {}
+    for name in log.campaigns():
+        config = log.created(name)
+        if config is None:
+            continue
+        campaign = Campaign.model_validate(config)
+        closes = until_us + settles_after(campaign, settings)
+        if campaign.created_at < until_us and closes > now_us:
+            open_until[name] = closes
+    return open_until
+
+
+def archive(log: AuditLog, settings: Settings, until_us: int, out: Path, now_us: int) -> Archived:
+    try:
+        check_boundary(log.engine, until_us)
+    except ValueError as error:
+        raise ArchiveRefused(str(error)) from error
+    if out.exists():
+        raise ArchiveRefused(f"{out} exists: an archive is never overwritten")
+    open_until = still_open(log, settings, until_us, now_us)
+    if open_until:
+        listed = ", ".join(f"{name} (until {format_time(closes)})" for name, closes in sorted(open_until.items()))
+        raise ArchiveRefused(f"campaigns can still learn from events before {format_time(until_us)}: {listed}")
+    partial = out.with_name(out.name + ".partial")
+    lines, counts = write_archive(log, until_us, partial)
+    os.replace(partial, out)
+    directory = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself on disk before any row goes
+    finally:
+        os.close(directory)
+    try:
+        removed = log.remove_before(until_us, counts)
+    except ValueError as error:
+        out.unlink()
+        raise ArchiveRefused(f"{error}; nothing was dropped, run it again") from error
+    return Archived(out, lines, removed, out.stat().st_size)
+
+
+def write_archive(log: AuditLog, until_us: int, path: Path) -> tuple[int, dict[str, int]]:
+    """Every record logged before ``until_us`` as event-log lines, gzip-compressed and flushed to disk;
+    returns the lines written and, per partitioned table, the rows they came from."""
+    lines = 0
+    counts: dict[str, int] = {}
+    with open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
+            for record in log.records(None, None, until_us):
+                packed.write(orjson.dumps(record_to_line(record)) + b"\n")
+                lines += 1
+                table = log.table_of(record)
+                if table is not None:
+                    counts[table] = counts.get(table, 0) + 1
+        raw.flush()
+        os.fsync(raw.fileno())
+    return lines, counts
