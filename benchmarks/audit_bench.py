@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+from alembic import command
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.service_bench import POSTGRES_ADMIN
 from latebandit.audit import log as audit_log
+from latebandit.audit.migrate import alembic_config
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Record
 
@@ -56,13 +58,14 @@ def conversions(count: int) -> list[QueueEntry]:
 
 
 @contextmanager
-def fresh_log() -> Iterator[audit_log.AuditLog]:
+def fresh_log(revision: str = "head") -> Iterator[audit_log.AuditLog]:
+    """An audit log in a new PostgreSQL database, its schema at ``revision``; dropped afterwards."""
     name = f"lbaudit_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     log = audit_log.AuditLog("postgresql+psycopg://" + POSTGRES_ADMIN.split("://", 1)[1].rsplit("/", 1)[0] + "/" + name)
     try:
-        log.create_schema()
+        command.upgrade(alembic_config(log.url), revision)
         yield log
     finally:
         log.dispose()
