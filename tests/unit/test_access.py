@@ -1,7 +1,6 @@
 """Who may call what, by the address a connection arrived on (issue 19): without API keys only loopback
 is served (unless insecure), and /metrics needs a metrics or admin key as LATEBANDIT_METRICS_ACCESS says.
-The application is driven in process; httpx's ASGI transport reports the URL's host as the server's
-address, as uvicorn reports the socket's."""
+The application is driven in process (tests/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -12,28 +11,25 @@ from pathlib import Path
 import httpx
 import pytest
 
-from latebandit.api.app import create_app
 from latebandit.config import Settings
+from tests.inprocess import LOOPBACK, client, started
 
 KEYS = "admin:admin-key-5e1d,decide:decide-key-93ab,metrics:metrics-key-0c7f"
-LOOPBACK, PUBLIC = "http://127.0.0.1:8000", "http://192.0.2.7:8000"
+PUBLIC = "http://192.0.2.7:8000"
 
 
 @asynccontextmanager
 async def served(tmp_path: Path, **values: object) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
     """One client per address the connection arrives on: loopback (IPv4 and IPv6) and a public one."""
     settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **values)  # type: ignore[arg-type]
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        clients = {
-            name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=url)
-            for name, url in (("loopback", LOOPBACK), ("ipv6", "http://[::1]:8000"), ("public", PUBLIC))
-        }
+    async with started(settings) as app:
+        clients = {name: client(app, url) for name, url in (("loopback", LOOPBACK), ("ipv6", "http://[::1]:8000"),
+                                                             ("public", PUBLIC))}  # fmt: skip
         try:
             yield clients
         finally:
-            for client in clients.values():
-                await client.aclose()
+            for each in clients.values():
+                await each.aclose()
 
 
 def bearer(key: str) -> dict[str, str]:

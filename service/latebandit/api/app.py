@@ -37,7 +37,7 @@ from latebandit.ids import Identifier
 from latebandit.logs import RequestLog
 from latebandit.runtime import Runtime
 from latebandit.store.base import CampaignMoved, StoreUnavailable
-from latebandit.timeutil import parse_time
+from latebandit.timeutil import Clock, parse_time, wall_clock
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
@@ -135,9 +135,11 @@ async def get_engine(request: Request) -> DecisionEngine:
 Engine = Annotated[DecisionEngine, Depends(get_engine)]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The application of ``settings`` (default: the environment's). Refuses unsafe settings here, where
-    every way of serving it passes, `latebandit serve` or uvicorn directly (UnsafeSettings)."""
+def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> FastAPI:
+    """The application of ``settings`` (default: the environment's), deciding and receiving feedback at
+    ``clock``'s times (a test's own clock runs the app in process without waiting for the wall clock).
+    Refuses unsafe settings here, where every way of serving it passes, `latebandit serve` or uvicorn
+    directly (UnsafeSettings)."""
     settings = settings or Settings()
     for warning in settings.check():
         log.warning(warning)
@@ -147,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime.build(settings)
+        runtime = Runtime.build(settings, clock)
         await runtime.start()
         app.state.runtime = runtime
         app.state.past_states = PastStates(runtime)

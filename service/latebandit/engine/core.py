@@ -551,6 +551,7 @@ class DecisionEngine:
         planned = self.planner.planned(campaign)
         if planned is not None or isinstance(campaign.policy_impl, GuhaBayes):
             body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
+        self._unpublished.pop(campaign.id, None)  # an older read: a later scrape must not publish it over this
         metrics.publish_arms(campaign.id, body["arms"])
         metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body

@@ -98,7 +98,7 @@ class _Cached:
     counters: Counters
     histogram: Histogram
     delays: np.ndarray
-    read_at: float  # time.monotonic() of the histogram (and delay histogram) read
+    read_at: int  # the store's clock (µs) at the histogram (and delay histogram) read
     version: int  # the policy version it was read for: a policy change resets the state
 
 
@@ -282,7 +282,9 @@ class RedisStore:
         cached = self._cache.get(campaign.id)
         if cached is not None and cached.version != campaign.version:
             cached = None  # read under another policy version, whose state a policy change has reset
-        if cached is not None and time.monotonic() - cached.read_at <= max_age:
+        # The store's clock, as the decisions' times: a test's or a replay's clock ages the snapshot too. A
+        # clock set back makes the age negative: read again rather than keep the snapshot until it catches up.
+        if cached is not None and 0 <= self._clock() - cached.read_at <= max_age * MICROS:
             return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         key = (campaign.id, campaign.version)
         refresh = self._refreshing.get(key)
@@ -309,7 +311,7 @@ class RedisStore:
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
         delays = parse_delays(delays_raw, len(campaign.arms))
-        self._cache[campaign.id] = _Cached(counters, histogram, delays, time.monotonic(), campaign.version)
+        self._cache[campaign.id] = _Cached(counters, histogram, delays, self._clock(), campaign.version)
         return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:

@@ -1,19 +1,18 @@
-"""The exploration floor end to end on real Redis: a deterministic policy with a floor logs the exact
-mixture propensities, its exported log is evaluable off-policy, and the same policy without a floor
-writes a log that `replay --policy` refuses."""
+"""The exploration floor on real Redis, the app in process on a clock the test moves and the real CLI on
+its audit log: a deterministic policy with a floor logs the exact mixture propensities, its exported log
+is evaluable off-policy, and the same policy without a floor writes a log that `replay --policy` refuses."""
 
 from __future__ import annotations
 
 import math
-import time
-from datetime import UTC, datetime
 
 import orjson
 import pytest
 
-from tests.e2e.server import cli, running, service_env
-
-pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+from latebandit.config import Settings
+from latebandit.timeutil import format_time
+from tests.e2e.server import SECRET, cli, service_env
+from tests.inprocess import ManualClock, served
 
 ARMS = ["a", "b", "c", "d"]
 FLOOR = 0.05
@@ -25,30 +24,31 @@ def campaign(campaign_id: str, floor: float) -> dict:
             "window": 2, "exploration_floor": floor}  # fmt: skip
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def test_floor_propensities_export_and_off_policy_evaluation(tmp_path, redis_url, redis_prefix) -> None:
+async def test_floor_propensities_export_and_off_policy_evaluation(tmp_path, redis_url, redis_prefix) -> None:
     env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix)
-    with running(env, tmp_path) as server, server.client() as http:
-        assert http.post("/campaigns", json=campaign("floored", FLOOR)).status_code == 201
-        assert http.post("/campaigns", json=campaign("plain", 0.0)).status_code == 201
-        assert http.post("/campaigns", json=campaign("too-much", 0.26)).status_code == 422
+    settings = Settings(_env_file=None, redis_url=redis_url, redis_prefix=redis_prefix, secret=SECRET,
+                        database_url=env["LATEBANDIT_DATABASE_URL"])  # fmt: skip
+    clock = ManualClock()
+    async with served(settings, clock) as http:
+        assert (await http.post("/campaigns", json=campaign("floored", FLOOR))).status_code == 201
+        assert (await http.post("/campaigns", json=campaign("plain", 0.0))).status_code == 201
+        assert (await http.post("/campaigns", json=campaign("too-much", 0.26))).status_code == 422
         floored = []
         for _ in range(DECISIONS):
-            floored.append((http.post("/choose", json={"campaign": "floored"}).json(), now()))
-        plain = [(http.post("/choose", json={"campaign": "plain"}).json(), now()) for _ in range(50)]
+            floored.append(((await http.post("/choose", json={"campaign": "floored"})).json(), format_time(clock())))
+        plain = []
+        for _ in range(50):
+            plain.append(((await http.post("/choose", json={"campaign": "plain"})).json(), format_time(clock())))
         # Only arm b converts, at once: every estimate below is then exact (see the last assertions).
         events = [
             {"type": "conversion", "decision_id": decision["decision_id"], "occurred_at": at}
             for decision, at in floored + plain
             if decision["arm"] == "b"
         ]
-        assert http.post("/feedback", json={"events": events}).json()["rejected"] == []
-        time.sleep(2.5)  # every window closes before the log's last line
-        http.post("/choose", json={"campaign": "floored"})
-        http.post("/choose", json={"campaign": "plain"})
+        assert (await http.post("/feedback", json={"events": events})).json()["rejected"] == []
+        clock.advance(2.5)  # every window closes before the log's last line
+        await http.post("/choose", json={"campaign": "floored"})
+        await http.post("/choose", json={"campaign": "plain"})
 
     # (1 − K·floor)·π(arm) + floor, with π the fixed policy's one-hot distribution on arm a
     expected = {arm: (1 - len(ARMS) * FLOOR) * (arm == "a") + FLOOR for arm in ARMS}

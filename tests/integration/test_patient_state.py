@@ -1,20 +1,20 @@
-"""PatientBandits served for real (uvicorn, real Redis): the bias term and the per-arm delay histogram that
-GET /campaigns/{id}/state and /metrics report, against values recomputed here from the decisions' own times."""
+"""PatientBandits served on real Redis, the app in process on a clock the test moves: the bias term and the
+per-arm delay histogram that GET /campaigns/{id}/state and /metrics report, against values recomputed here
+from the decisions' own times."""
 
 from __future__ import annotations
 
 import math
-import time
 from datetime import UTC, datetime
 
 import pytest
 
+from latebandit.config import Settings
 from latebandit.timeutil import parse_time
 from latebandit.tokens import TokenSigner
-from tests.e2e.server import running, service_env
+from tests.e2e.server import SECRET
 from tests.e2e.test_embedded import iso
-
-pytestmark = [pytest.mark.e2e, pytest.mark.redis]
+from tests.inprocess import ManualClock, served
 
 WINDOW, BUCKETS, ALPHA, SCALE = 64.0, 64, 0.3, 0.5  # histogram cells of one second
 DELAYS = (0.3, 1.2, 2.5, 0.3)  # seconds, cycled over the converted decisions
@@ -36,32 +36,34 @@ def at(decided_at: int, delay: float) -> str:
     return iso(datetime.fromtimestamp((decided_at + round(delay * 1e6)) / 1e6, UTC))
 
 
-def test_state_and_metrics_report_bias_and_delays(tmp_path, redis_url, redis_prefix) -> None:
-    env = service_env(tmp_path, redis_url=redis_url, redis_prefix=redis_prefix)
-    signer = TokenSigner(env["LATEBANDIT_SECRET"])
+async def test_state_and_metrics_report_bias_and_delays(tmp_path, redis_url, redis_prefix) -> None:
+    settings = Settings(_env_file=None, redis_url=redis_url, redis_prefix=redis_prefix, secret=SECRET,
+                        database_url=f"sqlite:///{tmp_path / 'audit.db'}")  # fmt: skip
+    signer = TokenSigner(SECRET)
+    clock = ManualClock()
     campaign = {
         "id": "patient", "arms": ["a", "b"], "window": WINDOW, "buckets": BUCKETS,
         "policy": {"name": "patient-bandits", "params": {"alpha": ALPHA, "scale": SCALE}},
     }  # fmt: skip
-    with running(env, tmp_path) as server, server.client() as http:
+    async with served(settings, clock) as http:
         literal = {**campaign, "id": "literal", "policy": {"name": "adapt-patient-bandits", "params": {"estimator": 0}}}
-        refused = http.post("/campaigns", json=literal)
+        refused = await http.post("/campaigns", json=literal)
         assert refused.status_code == 422 and "simulator" in refused.text
-        assert http.post("/campaigns", json=campaign).status_code == 201
+        assert (await http.post("/campaigns", json=campaign)).status_code == 201
         decisions = []
         for _ in range(24):
-            decisions.append(http.post("/choose", json={"campaign": "patient"}).json())
-            time.sleep(0.1)
-        time.sleep(max(DELAYS) + 0.5)  # every conversion below has occurred by now
+            decisions.append((await http.post("/choose", json={"campaign": "patient"})).json())
+            clock.advance(0.1)
+        clock.advance(max(DELAYS) + 0.5)  # every conversion below has occurred by now
         tokens = [signer.verify(d["decision_id"]) for d in decisions]
         converted = list(zip(decisions[::2], tokens[::2], DELAYS * 3, strict=False))
         events = [
             {"type": "conversion", "decision_id": d["decision_id"], "occurred_at": at(token.decided_at, delay)}
             for d, token, delay in converted
         ]
-        assert http.post("/feedback", json={"events": events}).json()["accepted"] == len(events)
-        state = http.get("/campaigns/patient/state").json()
-        metrics = http.get("/metrics").text
+        assert (await http.post("/feedback", json={"events": events})).json()["accepted"] == len(events)
+        state = (await http.get("/campaigns/patient/state")).json()
+        metrics = (await http.get("/metrics")).text
 
     as_of = parse_time(state["as_of"])
     width = round(WINDOW * 1e6) // BUCKETS
