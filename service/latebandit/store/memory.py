@@ -35,6 +35,9 @@ from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, Schedule
 from latebandit.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
+# A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), and for a ``req:`` key
+# the decision that request id got, (decision id, arm, propensity).
+Remembered = bool | tuple[str, int, float]
 
 
 @dataclass
@@ -50,7 +53,7 @@ class CampaignMemory:
     campaign: Campaign
     counters: Counters
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
-    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires, s, value)
+    expiring: dict[str, tuple[int, Remembered]] = field(default_factory=dict)  # key -> (expiry in s, value)
     audit: dict[str, list[Record]] = field(default_factory=dict)
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
@@ -374,9 +377,9 @@ class MemoryStore:
     def _earlier(self, memory: CampaignMemory, request_id: str | None) -> DecisionResult | None:
         """The decision a retried request_id already got, if it is still remembered."""
         earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
-        if earlier is None:
+        if not isinstance(earlier, tuple):  # None: not remembered (``req:`` keys hold decisions only)
             return None
-        decision_id, arm, propensity = earlier  # type: ignore[misc]
+        decision_id, arm, propensity = earlier
         return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
 
     def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
@@ -385,14 +388,14 @@ class MemoryStore:
             memory = self._campaigns[campaign.id]
             self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
 
-    def _get(self, memory: CampaignMemory, key: str) -> object | None:
+    def _get(self, memory: CampaignMemory, key: str) -> Remembered | None:
         entry = memory.expiring.get(key)
         if entry is None or entry[0] <= self._clock() // MICROS:
             memory.expiring.pop(key, None)
             return None
         return entry[1]
 
-    def _set(self, memory: CampaignMemory, key: str, value: object, ttl: int) -> None:
+    def _set(self, memory: CampaignMemory, key: str, value: Remembered, ttl: int) -> None:
         now = self._clock() // MICROS  # whole seconds, as Redis expires keys and the dedup sorted set
         if len(memory.expiring) >= memory.sweep_at:
             memory.expiring = {k: entry for k, entry in memory.expiring.items() if entry[0] > now}
