@@ -39,7 +39,7 @@ def mask(text: str) -> str:
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "message", "request_id"?, ...extra fields}``; exceptions as text."""
 
-    converter = time.gmtime
+    converter = staticmethod(time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {

@@ -135,7 +135,7 @@ def test_odaaf_without_horizon_runs_in_doubling_epochs() -> None:
 def test_ars_ucb_index(estimate: float, slots: int, t: int, alpha: float, expected: float) -> None:
     policy = make_policy("ars-ucb", {"alpha": alpha}, 2)
     counts = np.array([slots, t - slots], dtype=float)
-    index = policy.index(counts, counts * estimate)
+    index = policy.upper_bounds(counts, counts * estimate)
     assert index[0] == pytest.approx(expected, abs=1e-6)
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import orjson
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
@@ -27,7 +27,7 @@ from starlette.types import Scope as AsgiScope
 
 from latebandit import metrics
 from latebandit.api.auth import ApiKeyGate, ApiKeys
-from latebandit.api.hot_paths import Endpoint, HotPaths
+from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths
 from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
@@ -162,7 +162,9 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
     # reads the environment on every request (4 % of a /choose under load).
     app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan, telemetry=NO_TELEMETRY)
     hot_paths: dict[str, Endpoint] = {}  # filled below, once the routes are defined
-    app.add_middleware(HotPaths, endpoints=hot_paths, handlers=app.exception_handlers)  # innermost
+    # FastAPI's registry also admits sync handlers; every one registered here (below, and FastAPI's defaults) is async.
+    handlers = cast(dict[Any, ExceptionHandler], app.exception_handlers)
+    app.add_middleware(HotPaths, endpoints=hot_paths, handlers=handlers)  # innermost
     app.add_middleware(ApiKeyGate, keys=keys, insecure=settings.insecure, metrics_access=settings.metrics_access)
 
     @app.exception_handler(RequestValidationError)

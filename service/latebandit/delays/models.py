@@ -52,8 +52,10 @@ def _items(value: object, family: str, field: str) -> Sequence[Any]:
     return value
 
 
+@dataclass(frozen=True)
 class DelayModel(ABC):
-    """A delay distribution on [0, ∞]. ``family`` and ``fields`` name its CONTRACT.md spec."""
+    """A delay distribution on [0, ∞]. ``family`` and ``fields`` name its CONTRACT.md spec. Every family is a
+    frozen dataclass of its fields (what ``to_spec`` reads)."""
 
     family: ClassVar[str]
     fields: ClassVar[tuple[str, ...]]

@@ -23,8 +23,8 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def make_policy(name: str, params: Mapping[str, Any], n_arms: int, setting: Setting | None = None) -> Policy:
-    """The named policy with validated params; ValueError naming what is wrong."""
+def make_policy(name: object, params: Mapping[str, Any], n_arms: int, setting: Setting | None = None) -> Policy:
+    """The named policy with validated params; ValueError naming what is wrong (``name`` too, from a file)."""
     cls = POLICIES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")

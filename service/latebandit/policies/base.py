@@ -56,7 +56,7 @@ class ArmStats:
     def successive(self, decisions: int) -> ArmStats:
         """The one-run statistics (R = 1) as ``decisions`` rows, for that many decisions taken from the same
         statistics at once (the service's group commit): row i decides round t + i."""
-        rows = {name: None if value is None else np.repeat(value, decisions, axis=0)
+        rows: dict[str, Any] = {name: None if value is None else np.repeat(value, decisions, axis=0)
                 for name, value in self.__dict__.items() if name != "t"}  # fmt: skip
         return ArmStats(**rows, t=self.t[0] + np.arange(decisions))
 
@@ -118,7 +118,7 @@ class Param:
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or wrong_kind:
             raise ValueError(f"policy {policy!r}: {name} must be {what} (got {value!r:.60})")
         try:
-            number = int(value) if integral else float(value)
+            number = int(value) if integral and isinstance(value, numbers.Integral) else float(value)
         except OverflowError:
             number = math.inf
         if not (self.minimum <= number <= self.maximum and number < math.inf):
@@ -159,12 +159,20 @@ class Policy(ABC):
         if unknown:
             known = ", ".join(self.PARAMS) or "none"
             raise ValueError(f"policy {self.name!r} has no parameter {unknown[0]!r}; its parameters: {known}")
-        self.n_arms = int(n_arms)
-        self._params = {key: spec.resolve(self.name, key, params.get(key)) for key, spec in self.PARAMS.items()}
+        self.n_arms: int = int(n_arms)  # annotated: the package's import cycle defers inference
+        self._params: dict[str, int | float] = {
+            key: spec.resolve(self.name, key, params.get(key)) for key, spec in self.PARAMS.items()
+        }
 
     def params(self) -> dict[str, Any]:
         """The resolved parameters, defaults included (shown to users)."""
         return dict(self._params)
+
+    def _int_param(self, name: str) -> int:
+        """A parameter declared ``Param(int, ...)``, which ``Param.resolve`` returns as an int."""
+        value = self._params[name]
+        assert isinstance(value, int), f"{self.name}: {name} is not an int parameter"
+        return value
 
     def prepare(self, stats: ArmStats) -> Policy:
         """The policy ready to decide from ``stats`` on: itself, except for policies that precompute a plan

@@ -41,7 +41,7 @@ class Fixed(Policy):
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         runs = np.shape(stats.pulls)[0]
         probabilities = np.zeros(np.shape(stats.pulls))
-        probabilities[:, self._params["arm"]] = 1.0
+        probabilities[:, self._int_param("arm")] = 1.0
         return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs), probabilities)
 
 
@@ -98,7 +98,7 @@ class Thompson(Policy):
 
     def _hits(self, alpha: Array, beta: Array, rng: np.random.Generator) -> Array:
         """(R, K) how often each arm is the argmax of ``propensity_samples`` further posterior draws."""
-        samples = self._params["propensity_samples"]
+        samples = self._int_param("propensity_samples")
         per_chunk = max(1, MC_CHUNK // alpha.size)
         hits = np.zeros(alpha.shape)
         arms = np.arange(alpha.shape[1])

@@ -98,7 +98,7 @@ class BlockStreamArm:
             s = np.arange(d + 1)
             k = np.arange(self.sizes + 1)[:, None]
             self._weights.append(
-                [betabinom.pmf(k[: ell + 1], ell, a + s, b + d - s) for ell in range(1, self.sizes + 1)]
+                [np.asarray(betabinom.pmf(k[: ell + 1], ell, a + s, b + d - s)) for ell in range(1, self.sizes + 1)]
             )
 
     def _learned(self, depth: int, lam: float, tie_play: bool, by_clock: bool) -> np.ndarray:
@@ -164,7 +164,7 @@ class BlockStreamArm:
             start[:, :, :horizon] = np.where(go, chosen, 0.0)
             blocks[d] = start
             blocks.pop(d + sizes + 1, None)
-            if tables:
+            if action is not None and stream_from is not None:  # tables
                 rows = slice(triangle(d), triangle(d + 1))
                 action[rows] = np.where(go, best, QUIT)
                 stream_from[rows] = first_continuing(keep)

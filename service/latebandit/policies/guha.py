@@ -90,14 +90,15 @@ class GuhaBayes(Policy):
         if setting is not None and "delay" not in params and setting.delays:
             rate = resolved["decisions_per_second"] if setting.seconds else 1.0
             resolved["delay"] = max(delay_in_plays(m, resolved["delay_quantile"], rate) for m in setting.delays)
-        a, b, horizon, delay = resolved["prior_a"], resolved["prior_b"], resolved["horizon"], resolved["delay"]
+        a, b = resolved["prior_a"], resolved["prior_b"]
+        horizon, delay = self._int_param("horizon"), self._int_param("delay")
         # A simulation plans once, from the shared prior: one DP. The service re-plans from each arm's own
         # posterior (guha.md §3.5): up to one DP per arm, which is what its caps must allow.
         roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
         if resolved["depth"] == 0:
             resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
         resolved["depth"] = min(resolved["depth"], horizon)
-        check_size(shapes_for([(a, b)], horizon, delay, resolved["depth"]) * roots)
+        check_size(shapes_for([(a, b)], horizon, delay, self._int_param("depth")) * roots)
         self._setting = setting
         self.plan = plan
         self.start = start
@@ -109,9 +110,8 @@ class GuhaBayes(Policy):
         a, b = self._params["prior_a"], self._params["prior_b"]
         successes, failures, _ = self.resolved(stats)
         roots = [(a + s, b + f) for s, f in zip(successes[0], failures[0], strict=True)]
-        p = self._params
-        plan = solve_plan(roots, p["horizon"], p["delay"], p["depth"])
-        return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **p)
+        plan = solve_plan(roots, self._int_param("horizon"), self._int_param("delay"), self._int_param("depth"))
+        return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **self._params)
 
     def replan_due(self, stats: ArmStats) -> bool:
         """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""

@@ -137,5 +137,5 @@ class SchedulePolicy(Policy):
 
     def epoch_horizon(self, epoch: int) -> int:
         """The horizon of doubling epoch ``epoch`` (0-based), or the given horizon."""
-        given = self._params["horizon"]
-        return given if given else self._params["first_epoch"] << epoch
+        given = self._int_param("horizon")
+        return given if given else self._int_param("first_epoch") << epoch

@@ -65,7 +65,8 @@ class ArsUcb(SchedulePolicy):
         "power": Param(int, 2, 1, 4),
     }
 
-    def index(self, slots: np.ndarray, reward: np.ndarray) -> np.ndarray:
+    def upper_bounds(self, slots: np.ndarray, reward: np.ndarray) -> np.ndarray:
+        """u_i per arm; not ``Policy.index``, which ranks from ArmStats: this policy ranks from slot sums."""
         t = max(slots.sum(), 2.0)
         width = np.sqrt(self._params["alpha"] * math.log(t) / np.maximum(slots, 1.0))
         return np.where(slots > 0, np.minimum(reward / np.maximum(slots, 1.0) + width, 1.0), 1.0)
@@ -82,7 +83,7 @@ class ArsUcb(SchedulePolicy):
         reward += np.array(state["reward"], dtype=float)
         state = {**state, "slots": slots.tolist(), "reward": reward.tolist()}
         pending_slots, pending_reward = self.arm_sums(open_)
-        index = self.index(slots + pending_slots, reward + pending_reward)
+        index = self.upper_bounds(slots + pending_slots, reward + pending_reward)
         candidates = np.flatnonzero(index == index.max())
         tied_slots = (slots + pending_slots)[candidates]
         arm = int(candidates[np.flatnonzero(tied_slots == tied_slots.min())[0]])
@@ -133,7 +134,7 @@ class Exp3Schedule(SchedulePolicy):
     def draw(self, state: State, rng: np.random.Generator) -> tuple[int, float]:
         horizon = self.epoch_horizon(state["epoch"])
         probabilities = mixed_probabilities(np.array(state["log_weights"]) / self.scale(horizon), self.gamma(horizon))
-        arm = int(min(np.searchsorted(np.cumsum(probabilities), rng.random(), side="right"), self.n_arms - 1))
+        arm = min(int(np.searchsorted(np.cumsum(probabilities), rng.random(), side="right")), self.n_arms - 1)
         return arm, float(probabilities[arm])
 
 

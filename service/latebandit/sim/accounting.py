@@ -155,8 +155,9 @@ class BlockConvolution:
 def exposure_for(delays: tuple[DelayModel, ...], window: int | None, horizon: int, runs: int) -> Exposure:
     """The exact accounting for these per-arm delay models: decayed sums when every arm has them."""
     terms = [decay_terms(model) for model in delays]
-    if all(arm_terms is not None for arm_terms in terms):
-        return DecayedSums(terms, window, runs)  # type: ignore[arg-type]
+    exact = [arm_terms for arm_terms in terms if arm_terms is not None]
+    if len(exact) == len(terms):
+        return DecayedSums(exact, window, runs)
     ages = np.arange(horizon + 1, dtype=np.float64)
     capped = ages if window is None else np.minimum(ages, window)
     return BlockConvolution(np.stack([model.cdf(capped) for model in delays]), runs)

@@ -58,7 +58,7 @@ class Ring:
     def __init__(self, depth: int, runs: int, fill: float, dtype: type = np.float64) -> None:
         self.depth = depth
         self._fill = fill
-        self._buffer = np.full((depth, runs), fill, dtype=dtype)
+        self._buffer: np.ndarray = np.full((depth, runs), fill, dtype=dtype)
         self._count = 0
 
     def push(self, values: np.ndarray) -> np.ndarray:

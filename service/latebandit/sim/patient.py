@@ -116,8 +116,9 @@ class Patient(Feed):
         self._weights = None
         if age_aware:
             envelope = policy.envelope(_stats(ledger, None, None, None, np.ones(env.runs)))
+            assert envelope is not None  # an age-aware patient policy reads Σψ(age)
             ages = np.arange(env.scenario.horizon + 1, dtype=np.float64)
-            weights = envelope.weights(np.broadcast_to(ages, (env.runs, ages.size)))[0]  # type: ignore[union-attr]
+            weights = envelope.weights(np.broadcast_to(ages, (env.runs, ages.size)))[0]
             if env.window is not None:
                 weights = np.where(ages < env.window, weights, 0.0)
             self._weights = BlockConvolution(np.tile(weights, (env.scenario.n_arms, 1)), env.runs)

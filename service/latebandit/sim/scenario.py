@@ -54,8 +54,7 @@ def _integer(value: object, where: str, minimum: int) -> int:
 
 
 def _probability(value: object, where: str) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and 0.0 <= float(value) <= 1.0
-    if not ok:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
         raise ScenarioError(f"{where} must be a number in [0, 1] (got {_show(value)})")
     return float(value)
 
@@ -236,7 +235,7 @@ def scenario_policy(name: object, params: Mapping[str, Any], delays: Sequence[De
     cls = POLICIES.get(name) if isinstance(name, str) else None
     setting = Setting(horizon, tuple(delays), seconds=False)
     if cls is None or not issubclass(cls, SchedulePolicy):
-        return make_policy(name, params, len(delays), setting)  # type: ignore[arg-type]
+        return make_policy(name, params, len(delays), setting)
     filled = {"horizon": horizon, **params}
     for param, fact in FACT_PARAMS.items():
         largest = max(delay_fact(model, fact) for model in delays)
@@ -266,7 +265,7 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
             check_floor(policy, floor)
         except ValueError as error:
             raise ScenarioError(f"{where}: {error}") from error
-        specs.append(PolicySpec(name, dict(params), label, feed, floor))
+        specs.append(PolicySpec(policy.name, dict(params), label, feed, floor))  # the name, known to be valid
     labels = [spec.label for spec in specs]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
@@ -282,14 +281,17 @@ def _prior(value: object, arms: tuple[float, ...]) -> tuple[float, float] | None
         return None
     data = _mapping(value, "prior")
     _no_extra(data, {"a", "b"}, "prior")
-    a, b = (data.get(key) for key in ("a", "b"))
-    for key, number in (("a", a), ("b", b)):
-        if isinstance(number, bool) or not isinstance(number, numbers.Real) or not 0 < float(number) < 1e6:
-            raise ScenarioError(f"prior.{key} must be a number in (0, 1e6) (got {_show(number)})")
-    mean = float(a) / (float(a) + float(b))
+    a, b = (_prior_parameter(data.get(key), key) for key in ("a", "b"))
+    mean = a / (a + b)
     if any(abs(arm - mean) > 1e-9 for arm in arms):
         raise ScenarioError(f"with a prior, every entry of arms is the prior mean a/(a + b) = {mean:g}")
-    return float(a), float(b)
+    return a, b
+
+
+def _prior_parameter(value: object, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < 1e6:
+        raise ScenarioError(f"prior.{key} must be a number in (0, 1e6) (got {_show(value)})")
+    return float(value)
 
 
 def _spread(value: object) -> tuple[float, ...]:

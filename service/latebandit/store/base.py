@@ -75,8 +75,8 @@ class Histogram:
 
     @classmethod
     def empty(cls, components: int) -> Histogram:
-        ints = [np.zeros(0, dtype=np.int64) for _ in range(5)]
-        return cls(*ints, moments=np.zeros((0, components)))
+        arm, bucket, count, offset, converted = (np.zeros(0, dtype=np.int64) for _ in range(5))
+        return cls(arm, bucket, count, offset, converted, moments=np.zeros((0, components)))
 
 
 @dataclass

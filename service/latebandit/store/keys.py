@@ -24,8 +24,7 @@ class Keys:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
         names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.dedup_expiry)
-        names += self.schedule_names()
-        return [name(campaign) for name in names]
+        return [name(campaign) for name in (*names, *self.schedule_names())]
 
     def config(self, campaign: str) -> str:
         return self._tagged(campaign, "config")

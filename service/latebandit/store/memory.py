@@ -35,6 +35,9 @@ from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, Schedule
 from latebandit.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
+# A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), and for a ``req:`` key
+# the decision that request id got, (decision id, arm, propensity).
+Remembered = bool | tuple[str, int, float]
 
 
 @dataclass
@@ -49,18 +52,13 @@ class Cell:
 class CampaignMemory:
     campaign: Campaign
     counters: Counters
+    delays: np.ndarray  # (K, delay_tail.BUCKETS) observed delays; zeros at creation
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
-    expiring: dict[str, tuple[int, object]] = field(default_factory=dict)  # key -> (expires, s, value)
+    expiring: dict[str, tuple[int, Remembered]] = field(default_factory=dict)  # key -> (expiry in s, value)
     audit: dict[str, list[Record]] = field(default_factory=dict)
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
     histogram_at: int = 0
-    delays: np.ndarray | None = None  # (K, delay_tail.BUCKETS) observed delays; zeros at creation
-
-    def __post_init__(self) -> None:
-        if self.delays is None:
-            self.delays = np.zeros((len(self.campaign.arms), BUCKETS), dtype=np.int64)
-
     schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
 
 
@@ -79,7 +77,8 @@ class MemoryStore:
     async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
         if campaign.id in self._campaigns:
             return False
-        memory = CampaignMemory(campaign, Counters.zeros(len(campaign.arms)))
+        arms = len(campaign.arms)
+        memory = CampaignMemory(campaign, Counters.zeros(arms), np.zeros((arms, BUCKETS), dtype=np.int64))
         self._campaigns[campaign.id] = memory
         self._queue(memory, [record])
         return True
@@ -121,7 +120,7 @@ class MemoryStore:
         now = self._clock()
         if max_age <= 0 or memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
-        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())  # type: ignore[union-attr]
+        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())
 
     @staticmethod
     def _histogram(memory: CampaignMemory) -> Histogram:
@@ -200,7 +199,7 @@ class MemoryStore:
                 return Outcome.DUPLICATE
             return Outcome.CENSORED if event.censored else Outcome.REPEAT
         if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
-            memory.delays[event.arm, event.delay_bucket] += 1  # type: ignore[index]
+            memory.delays[event.arm, event.delay_bucket] += 1
         if event.censored:
             return Outcome.CENSORED
         if not event.counts:
@@ -325,7 +324,7 @@ class MemoryStore:
         the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
         self._campaigns[memory.campaign.id] = CampaignMemory(
-            memory.campaign, memory.counters, memory.cells, expiring, delays=memory.delays, schedule=memory.schedule
+            memory.campaign, memory.counters, memory.delays, memory.cells, expiring, schedule=memory.schedule
         )
 
     # audit queue ----------------------------------------------------------------------------------
@@ -344,8 +343,10 @@ class MemoryStore:
 
     async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
         memory = self._campaigns.get(campaign)
-        for entry_id in entry_ids if memory else ():
-            memory.audit.pop(entry_id, None)  # type: ignore[union-attr]
+        if memory is None:
+            return
+        for entry_id in entry_ids:
+            memory.audit.pop(entry_id, None)
 
     async def claim_audit(self, campaign: str, seconds: float) -> bool:
         return True  # one process
@@ -374,9 +375,9 @@ class MemoryStore:
     def _earlier(self, memory: CampaignMemory, request_id: str | None) -> DecisionResult | None:
         """The decision a retried request_id already got, if it is still remembered."""
         earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
-        if earlier is None:
+        if not isinstance(earlier, tuple):  # None: not remembered (``req:`` keys hold decisions only)
             return None
-        decision_id, arm, propensity = earlier  # type: ignore[misc]
+        decision_id, arm, propensity = earlier
         return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
 
     def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
@@ -385,14 +386,14 @@ class MemoryStore:
             memory = self._campaigns[campaign.id]
             self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
 
-    def _get(self, memory: CampaignMemory, key: str) -> object | None:
+    def _get(self, memory: CampaignMemory, key: str) -> Remembered | None:
         entry = memory.expiring.get(key)
         if entry is None or entry[0] <= self._clock() // MICROS:
             memory.expiring.pop(key, None)
             return None
         return entry[1]
 
-    def _set(self, memory: CampaignMemory, key: str, value: object, ttl: int) -> None:
+    def _set(self, memory: CampaignMemory, key: str, value: Remembered, ttl: int) -> None:
         now = self._clock() // MICROS  # whole seconds, as Redis expires keys and the dedup sorted set
         if len(memory.expiring) >= memory.sweep_at:
             memory.expiring = {k: entry for k, entry in memory.expiring.items() if entry[0] > now}

@@ -21,15 +21,18 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, cast
 
 import numpy as np
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT, FieldT
 
 from latebandit import metrics
 from latebandit.audit.queue import QueueEntry
@@ -69,6 +72,9 @@ SCRIPTS = (
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
+# What hset's mapping takes. Annotated so: redis types its key as a union in an (invariant) Mapping, which
+# no dict[str, ...] matches.
+HashFields = dict[FieldT, EncodableT]
 
 
 def _load_script(name: str) -> str:
@@ -217,7 +223,8 @@ class RedisStore:
         if pool is not None:
             await pool.disconnect(inuse_connections=False)
 
-    async def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> object:
+    async def _run(self, script: str, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
+        """The script's reply: its shape is that script's contract (the Lua header), which Redis leaves untyped."""
         async with self._reachable(script):
             return await self._scripts[script](keys=list(keys), args=list(args))
 
@@ -250,7 +257,7 @@ class RedisStore:
 
     async def list_campaigns(self) -> list[str]:
         async with self._reachable("campaign"):
-            members = await self.client.smembers(self.keys.registry())
+            members = cast(set[bytes], await self.client.smembers(self.keys.registry()))  # no decode_responses
         return sorted(member.decode() for member in members)
 
     async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
@@ -265,7 +272,7 @@ class RedisStore:
         cid = campaign.id
         keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [name(cid) for name in self.keys.schedule_names()]
-        args = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
+        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
         changed = await self._run("change_policy", keys, args)
         if changed == -1:
             raise CampaignMoved(campaign.id)
@@ -322,7 +329,7 @@ class RedisStore:
     ) -> list[DecisionResult]:
         """One script call for the whole batch (the group commit of the engine's decisions)."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        args: list[object] = [campaign.version, ttl, len(campaign.exact_components)]
+        args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
@@ -342,7 +349,8 @@ class RedisStore:
         keys = [self.keys.counters(campaign.id), self.keys.audit(campaign.id)]
         if request_id is not None:
             keys.append(self.keys.request(campaign.id, request_id))
-        args = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record), campaign.version]
+        args: list[EncodableT] = [pull.decision_id, pull.arm, repr(pull.propensity), ttl, orjson.dumps(pull.record),
+                                  campaign.version]  # fmt: skip
         status, earlier = await self._run("record_fallback", keys, args)
         if status == 1:
             return _earlier(earlier)
@@ -369,8 +377,8 @@ class RedisStore:
             for event in events
         ]  # fmt: skip
         records = b"\n".join(orjson.dumps(event.record) for event in events)
-        args = [now // MICROS, orjson.dumps(params), records, campaign.version]
-        raw = await self._run("apply_conversions", keys, args)
+        args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version]
+        raw: list[bytes] = await self._run("apply_conversions", keys, args)
         _raise_refusal(raw)
         return [Outcome(outcome.decode()) for outcome in raw]
 
@@ -397,7 +405,7 @@ class RedisStore:
         pull's; the engine's group commit)."""
         first = pulls[0]
         keys = [*self._schedule_keys(campaign.id), self.keys.audit(campaign.id)]
-        args: list[object] = [
+        args: list[EncodableT] = [
             first.record["at"], first.arm, repr(first.propensity), ttl, campaign.slot_us or 0, campaign.created_at,
             campaign.lateness_us, campaign.version,
         ]  # fmt: skip
@@ -405,7 +413,7 @@ class RedisStore:
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
             args += [pull.decision_id, orjson.dumps(pull.record), int(request_id is not None)]
-        answers = await self._run("claim_slots", keys, args)
+        answers: list[list[bytes | int]] = await self._run("claim_slots", keys, args)
         return [_claim(answer, pull) for answer, pull in zip(answers, pulls, strict=True)]
 
     async def schedule_view(self, campaign: Campaign) -> ScheduleView:
@@ -422,8 +430,8 @@ class RedisStore:
     ) -> bool:
         cid = campaign.id
         earliest = next_slot(0, now, campaign.created_at, campaign.slot_us) if campaign.slot_us else 0
-        args = [expected, orjson.dumps(plan.to_json()), schedule_table(plan), consumed, earliest,
-                orjson.dumps(record)[:-2]]  # fmt: skip
+        args: list[EncodableT] = [expected, orjson.dumps(plan.to_json()), schedule_table(plan), consumed, earliest,
+                                  orjson.dumps(record)[:-2]]  # fmt: skip
         keys = [self.keys.sched(cid), self.keys.closed(cid), self.keys.audit(cid)]
         return bool(await self._run("commit_plan", keys, args))
 
@@ -438,8 +446,8 @@ class RedisStore:
             for event in events
         ]  # fmt: skip
         records = b"\n".join(orjson.dumps(event.record) for event in events)
-        args = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
-        raw = await self._run("apply_anonymous", keys, args)
+        args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
+        raw: list[bytes] = await self._run("apply_anonymous", keys, args)
         _raise_refusal(raw)
         return [Uncredited(text) if text == Uncredited.BEFORE_DECISION else Outcome(text)
                 for text in (outcome.decode() for outcome in raw)]  # fmt: skip
@@ -452,7 +460,8 @@ class RedisStore:
     async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
         async with self._reachable("audit"):
             entries = await self.client.xrange(self.keys.audit(campaign), count=limit)
-        return [QueueEntry(campaign, entry_id.decode(), _records(fields)) for entry_id, fields in entries]
+        stream = cast(list[tuple[bytes, dict[bytes, bytes]]], entries)  # bytes: no decode_responses
+        return [QueueEntry(campaign, entry_id.decode(), _records(fields)) for entry_id, fields in stream]
 
     async def ack_audit(self, campaign: str, entry_ids: list[str]) -> None:
         if entry_ids:
@@ -480,10 +489,10 @@ class RedisStore:
 
     # rebuild --------------------------------------------------------------------------------------
 
-    def _write_schedule(self, pipe: Pipeline, cid: str, book: ScheduleBook) -> None:
+    def _write_schedule(self, pipe: Pipeline | ClusterPipeline, cid: str, book: ScheduleBook) -> None:
         """The Redis form of an embedded schedule (the fields the schedule scripts read)."""
         assert book.plan is not None
-        fields: dict[str, str | bytes] = {
+        fields: HashFields = {
             "plan": orjson.dumps(book.plan.to_json()), "table": schedule_table(book.plan),
             **_integers({"v": book.version, "start": book.start, "slot": book.slot, "cur": book.current,
                          "first": book.first_record, "last": book.last_record, "crid": book.closed_through,
@@ -494,9 +503,11 @@ class RedisStore:
         pipe.hset(self.keys.sched(cid), mapping=fields)
         for record in book.records.values():
             item = record.id
-            values = {f"{item}:j": orjson.dumps(record.segment.to_json()), f"{item}:a": str(record.segment.arm),
-                      f"{item}:c": str(int(record.segment.counted)), f"{item}:f": str(record.first),
-                      f"{item}:s": str(record.start), f"{item}:r": repr(float(record.reward))}  # fmt: skip
+            values: HashFields = {
+                f"{item}:j": orjson.dumps(record.segment.to_json()), f"{item}:a": str(record.segment.arm),
+                f"{item}:c": str(int(record.segment.counted)), f"{item}:f": str(record.first),
+                f"{item}:s": str(record.start), f"{item}:r": repr(float(record.reward)),
+            }  # fmt: skip
             if record.end is not None and record.next_first is not None:
                 values |= {f"{item}:x": str(record.end), f"{item}:y": str(record.next_first)}
             pipe.hset(self.keys.segments(cid), mapping=values)
@@ -526,7 +537,9 @@ class RedisStore:
             _write_histogram(pipe, self.keys.cells(cid), histogram)
             if delays is not None and delays.any():
                 arms, buckets = np.nonzero(delays)
-                counts = {f"{a}:{b}": int(delays[a, b]) for a, b in zip(arms.tolist(), buckets.tolist(), strict=True)}
+                counts: HashFields = {
+                    f"{a}:{b}": int(delays[a, b]) for a, b in zip(arms.tolist(), buckets.tolist(), strict=True)
+                }
                 pipe.hset(self.keys.delays(cid), mapping=counts)
             if schedule is not None and schedule.plan is not None:
                 self._write_schedule(pipe, cid, schedule)
@@ -541,7 +554,7 @@ class RedisStore:
         self._cache.pop(cid, None)
 
 
-def _integers(values: dict[str, int]) -> dict[str, str]:
+def _integers(values: dict[str, int]) -> HashFields:
     return {key: str(value) for key, value in values.items()}
 
 
@@ -589,7 +602,7 @@ def _claim(answer: list[bytes | int], pull: Pull) -> Claim:
     """One decision's answer from claim_slots.lua (statuses in the script's header)."""
     status, arm, propensity, version = answer
     if status == 1:
-        earlier = _earlier(arm)  # type: ignore[arg-type]
+        earlier = _earlier(cast(bytes, arm))  # status 1: the script answers the stored decision in its place
         return Claim(ClaimStatus.REPEATED, earlier.arm, earlier.propensity, earlier.decision_id)
     if status in CLAIM_REFUSALS:
         return Claim(CLAIM_REFUSALS[int(status)], version=int(version))
@@ -635,17 +648,17 @@ def _records(fields: dict[bytes, bytes]) -> list[Record]:
     return records
 
 
-def _write_counters(pipe: Pipeline, key: str, campaign: Campaign, counters: Counters) -> None:
+def _write_counters(pipe: Pipeline | ClusterPipeline, key: str, campaign: Campaign, counters: Counters) -> None:
     paused = int(campaign.status is CampaignStatus.PAUSED)
-    mapping: dict[str, int | str] = {"d": counters.decisions, "paused": paused, "v": campaign.version}
+    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version}
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
         mapping[f"m:{arm}"] = int(counters.matured[arm])
     pipe.hset(key, mapping=mapping)
 
 
-def _write_histogram(pipe: Pipeline, key: str, histogram: Histogram) -> None:
-    mapping: dict[str, float | int] = {}
+def _write_histogram(pipe: Pipeline | ClusterPipeline, key: str, histogram: Histogram) -> None:
+    mapping: HashFields = {}
     for row in range(len(histogram.count)):
         cell = f"{histogram.arm[row]}:{histogram.bucket[row]}:"
         mapping |= {cell + "c": int(histogram.count[row]), cell + "o": int(histogram.offset[row])}

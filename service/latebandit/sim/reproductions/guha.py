@@ -46,7 +46,7 @@ def _gap_title(horizon: int, delay: int) -> str:
 
 
 def _gap_panels(runs: int) -> list[Panel]:
-    policies = [{"name": "guha-bayes"}, {"name": "thompson", "params": THOMPSON}]
+    policies: list[dict[str, Any]] = [{"name": "guha-bayes"}, {"name": "thompson", "params": THOMPSON}]
     return [
         Panel(_gap_title(t, d), _scenario(t, 2, {"family": "fixed", "value": d}, policies, runs)) for t, d in OPT_DELAY
     ]
@@ -81,7 +81,7 @@ def _regret_title(arms: int, delay: str) -> str:
 
 
 def _regret_panels(runs: int) -> list[Panel]:
-    policies = [
+    policies: list[dict[str, Any]] = [
         {"name": "guha-bayes"},
         {"name": "guha-bayes", "params": {"priority": 1}, "label": "guha-bayes posterior-order"},
         {"name": "delayed-thompson", "params": THOMPSON},

@@ -147,8 +147,8 @@ def _appf_checks(results: Results) -> list[Check]:
     """(v): regret grows with E[τ], linearly: the middle mean's regret lies on the chord of the outer two."""
     checks = []
     low, middle, high = (_appf_title(mean) for mean in APPF_MEANS)
-    grows = [("odaaf", low, high, APPF_MEANS)]
-    grows.append(("qpm-d", *(f"QPM-D, {_appf_title(mean)}" for mean in QPMD_MEANS), QPMD_MEANS))
+    qpmd_low, qpmd_high = (f"QPM-D, {_appf_title(mean)}" for mean in QPMD_MEANS)
+    grows = [("odaaf", low, high, APPF_MEANS), ("qpm-d", qpmd_low, qpmd_high, QPMD_MEANS)]
     for label, first, last, means in grows:
         mean, se = paired_difference(result_of(results, last, label), result_of(results, first, label))
         checks.append(
