@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -26,7 +27,7 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-def _secrets_in_argv(flags: dict[str, object]) -> list[str]:
+def _secrets_in_argv(flags: Mapping[str, object]) -> list[str]:
     """The flags given that carry a secret: a process's arguments are visible to every local user (ps)."""
     secret = [name for name in ("secret", "previous_secrets", "api_keys") if flags[name] is not None]
     passwords = [name for name in ("redis_url", "database_url") if flags[name] and urlsplit(str(flags[name])).password]

@@ -44,7 +44,7 @@ def record_to_line(record: Record) -> dict[str, Any]:
 
 
 def campaign_line(record: Record) -> dict[str, Any]:
-    config = record.get("config")
+    config: dict[str, Any] = record.get("config") or {}  # a pause or resume has none
     if record["action"] == "create":
         fields = {key: value for key, value in config.items() if value is not None}  # unset options: defaults
         return {"type": "campaign", **fields, "created_at": format_time(config["created_at"])}
@@ -52,7 +52,7 @@ def campaign_line(record: Record) -> dict[str, Any]:
         return {"type": "campaign", "id": record["campaign"], "version": config["version"], "policy": config["policy"],
                 "delay": config["delay"], "at": format_time(record["at"])}  # fmt: skip
     if record["action"] == "plan":
-        return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **record["config"]}
+        return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **config}
     return {"type": "campaign", "id": record["campaign"], "status": STATUS_AFTER[record["action"]],
             "at": format_time(record["at"])}  # fmt: skip
 

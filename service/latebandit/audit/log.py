@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, select
+from sqlalchemy import Connection, Engine, Table, create_engine, event, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from latebandit.audit import migrate, partitions
-from latebandit.audit.models import MODELS, QUEUE_KEY, TABLE_OF_TYPE, AuditModel, CampaignEvent, Decision, FeedbackEvent
+from latebandit.audit.models import (
+    MODELS,
+    QUEUE_KEY,
+    TABLE_OF_TYPE,
+    AuditModel,
+    Base,
+    CampaignEvent,
+    Decision,
+    FeedbackEvent,
+)
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Record
 
-INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+INSERTS: dict[str, Callable[[Table], postgresql.Insert | sqlite.Insert]] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
 STREAM_CHUNK = 1_000
 STATEMENT_TIMEOUT_MS = 60_000
 # A transaction whose client vanished in a network partition (the server never saw the connection close)
@@ -82,14 +94,17 @@ def _copy_rows(connection: Connection, model: AuditModel, values: list[dict[str,
     """COPY the rows into a session-private staging table, then move them over in one INSERT that skips the
     queue keys already present (a repeated write inserts nothing, as the executemany path does). Measured
     2-3x the records/s of the pipelined executemany of one-row INSERTs, ~100,000/s (benchmarks/audit_bench.py)."""
-    table = model.__table__.name
+    table = model.__tablename__
     staging = f"staging_{table}"
     names = [column.name for column in model.__table__.columns]
     listed = ", ".join(names)
     connection.exec_driver_sql(
         f"CREATE TEMP TABLE IF NOT EXISTS {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
-    cursor = connection.connection.driver_connection.cursor()  # psycopg's own: SQLAlchemy has no COPY
+    driver = connection.connection.driver_connection  # psycopg's own: SQLAlchemy has no COPY
+    if driver is None:
+        raise RuntimeError("the audit log's connection was closed before its COPY")
+    cursor = driver.cursor()
     with cursor.copy(f"COPY {staging} ({listed}) FROM STDIN") as copy:
         for row in values:
             copy.write_row([row[name] for name in names])
@@ -153,7 +168,7 @@ class AuditLog:
                 if self.engine.dialect.name == "postgresql" and model in COPIED:
                     inserted += _copy_rows(connection, model, values)
                     continue
-                table = model.__table__
+                table = Base.metadata.tables[model.__tablename__]
                 statement = self._insert(table).on_conflict_do_nothing(index_elements=QUEUE_KEY)
                 statement = statement.execution_options(preserve_rowcount=True)
                 inserted += connection.execute(statement, values).rowcount

@@ -70,7 +70,7 @@ def columns(record: Record, keys: tuple[str, ...]) -> dict[str, Any]:
     return {column_of(key): record[key] for key in keys}
 
 
-def rebuilt(kind: str, row: Mapping[str, Any], keys: tuple[str, ...]) -> Record:
+def rebuilt(kind: str, row: Mapping[Any, Any], keys: tuple[str, ...]) -> Record:
     """The record a row was made from: its type, campaign (from the queue key) and ``keys``."""
     return {"type": kind, "campaign": row["campaign"]} | {key: row[column_of(key)] for key in keys}
 
@@ -122,7 +122,7 @@ class CampaignEvent(QueueKeyed, Base):
         return {"at_us": record["at"], "action": record["action"], "config": record.get("config")}
 
     @staticmethod
-    def record(row: Mapping[str, Any]) -> Record:
+    def record(row: Mapping[Any, Any]) -> Record:
         record = rebuilt("campaign", row, ("at", "action"))
         if row["config"] is not None:
             record["config"] = row["config"]
@@ -151,7 +151,7 @@ class Decision(QueueKeyed, Base):
         return columns(record, DECISION_FIELDS)
 
     @staticmethod
-    def record(row: Mapping[str, Any]) -> Record:
+    def record(row: Mapping[Any, Any]) -> Record:
         return rebuilt("decision", row, DECISION_FIELDS)
 
 
@@ -186,7 +186,7 @@ class FeedbackEvent(QueueKeyed, Base):
         return empty | columns(record, FEEDBACK_FIELDS[kind]) | {"type": kind, "outcome": record["outcome"]}
 
     @staticmethod
-    def record(row: Mapping[str, Any]) -> Record:
+    def record(row: Mapping[Any, Any]) -> Record:
         return rebuilt(row["type"], row, (*FEEDBACK_FIELDS[row["type"]], "outcome"))
 
 
