@@ -1,6 +1,6 @@
 """Services a test owns so that it can break them: a Redis server it kills and restarts, a three-master
-Redis Cluster, and a TCP proxy in front of PostgreSQL that it cuts and restores (the shared PostgreSQL
-server cannot be stopped by one test, and ``initdb`` refuses to run as root).
+Redis Cluster, and a TCP proxy in front of PostgreSQL or Redis that it cuts and restores (the shared servers
+cannot be stopped by one test, and ``initdb`` refuses to run as root).
 
 Each starts from the installed binaries in a temporary directory and is stopped by its context manager.
 """
@@ -18,12 +18,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from tests.conftest import unavailable
 from tests.e2e.server import free_port
 
 
-def _binary(name: str) -> str:
+def binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         unavailable(name, FileNotFoundError(f"{name} is not on PATH"))
@@ -64,7 +65,7 @@ class RedisServer:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
-        args = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        args = [binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--dir", str(self.workdir), *persistence, *self.extra]  # fmt: skip
         log = open(self.workdir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -116,14 +117,14 @@ def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[RedisCluster]:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         subprocess.run(
-            [_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
 
         def settled() -> bool:
             for node in nodes:
                 info = subprocess.run(
-                    [_binary("redis-cli"), "-p", str(node.port), "cluster", "info"], capture_output=True, text=True
+                    [binary("redis-cli"), "-p", str(node.port), "cluster", "info"], capture_output=True, text=True
                 ).stdout
                 if "cluster_state:ok" not in info:
                     return False
@@ -226,16 +227,20 @@ def _reset(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
+DEFAULT_PORTS = {"postgresql": 5432, "redis": 6379}
+
+
 @contextlib.contextmanager
 def tcp_proxy(url: str) -> Iterator[tuple[TcpProxy, str]]:
-    """A proxy in front of the database of ``url``; yields it and the same URL pointed through it."""
-    rest = url.split("@", 1)[1]
-    hostport = rest.partition("/")[0]
-    host, _, port = hostport.partition(":")
-    proxy = TcpProxy(host, int(port or 5432))
+    """A proxy in front of the server of ``url`` (PostgreSQL or Redis); yields it and the same URL pointed
+    through it."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None, url
+    proxy = TcpProxy(parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme.split("+")[0]])
+    user, at, _ = parts.netloc.rpartition("@")
     proxy.restore()
     try:
-        yield proxy, url.replace(hostport, f"127.0.0.1:{proxy.port}")
+        yield proxy, urlunsplit(parts._replace(netloc=f"{user}{at}127.0.0.1:{proxy.port}"))
     finally:
         proxy.cut()
 
