@@ -7,15 +7,20 @@ per-arm gauges, which cannot be summed, are not exported beyond the caps. Other 
 values (outcomes, rejection reasons, store operations, histogram bounds).
 
 With several uvicorn workers, ``serve`` points PROMETHEUS_MULTIPROC_DIR at a fresh directory and /metrics
-aggregates every worker's files (prometheus-client's multiprocess mode).
+aggregates every worker's files (prometheus-client's multiprocess mode): counters and histograms are summed
+over every worker that ever ran (a dead worker's counts stay: a counter never goes down), each gauge is
+merged as its ``multiprocess_mode`` says, and the ``live*`` modes leave out workers that have died
+(``exposition`` forgets them: uvicorn tells no one when it replaces a worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -154,11 +159,11 @@ AUDIT_WRITE_LATENCY = Histogram(
 )
 AUDIT_ERRORS = Counter("latebandit_audit_errors_total", "Audit drains that failed")
 AUDIT_ROWS = Counter("latebandit_audit_rows_total", "Audit rows written")
-AUDIT_BACKLOG = Gauge(
-    "latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="max"
+AUDIT_BACKLOG = Gauge(  # every worker reads the same queues: the freshest read (max kept a dead worker's)
+    "latebandit_audit_backlog", "Audit queue entries waiting for the database", multiprocess_mode="mostrecent"
 )
-AUDIT_LAG = Gauge(
-    "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="max"
+AUDIT_LAG = Gauge(  # the worst live writer: a dead worker's lag stops growing but is no longer true
+    "latebandit_audit_lag_seconds", "Seconds since the last successful audit drain", multiprocess_mode="livemax"
 )
 SPOOL_RECORDS = Gauge(
     "latebandit_audit_spool_records",
@@ -231,11 +236,28 @@ def preset(rejection_reasons: Iterable[str]) -> None:
 
 
 def exposition() -> tuple[bytes, str]:
-    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        forget_dead_workers(directory)
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry, directory)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def forget_dead_workers(directory: str) -> None:
+    """Remove the ``live*`` gauge files of processes that no longer exist (prometheus-client's
+    mark_process_dead), so that a worker uvicorn replaced after a crash no longer counts: another worker
+    handed over its spool records, and its audit lag, frozen at its death, is no longer anyone's."""
+    for path in Path(directory).glob("gauge_live*_*.db"):
+        pid = int(path.stem.rsplit("_", 1)[1])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):  # another worker's scrape removed it first
+                multiprocess.mark_process_dead(pid, directory)
+        except PermissionError:  # alive, as another user
+            pass
 
 
 def observe_all(histogram: Histogram, values: Sequence[float]) -> None:

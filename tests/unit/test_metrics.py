@@ -1,12 +1,17 @@
-"""Label cardinality caps (latebandit/metrics.py): campaigns and arms beyond them never get labels of their own."""
+"""latebandit/metrics.py: label cardinality caps (campaigns and arms beyond them never get labels of their own),
+the batch observation, and how several workers' metrics are merged."""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
 from latebandit import metrics
 
@@ -46,7 +51,6 @@ def test_observe_all_exports_what_observing_one_by_one_exports() -> None:
     """The batch observation of /feedback against prometheus-client's own ``observe``: the same bucket
     counts, count and (to rounding) sum, including values on a bound and beyond the last one."""
     from prometheus_client import CollectorRegistry, Histogram, generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
 
     values = [0.0, 59.9, 60.0, 60.1, 3599.0, 3600.0, 1e9, 42.0, 42.0]
 
@@ -84,3 +88,39 @@ def test_delay_gauges_are_not_exported_beyond_the_caps(small_caps: None) -> None
     assert (observed("a"), observed("b"), observed("c"), observed(metrics.OTHER)) == (7.0, 7.0, None, None)
     quantile = {"campaign": "delays-capped", "arm": metrics.OTHER, "quantile": "0.5"}
     assert REGISTRY.get_sample_value("latebandit_arm_delay_quantile_seconds", quantile) is None
+
+
+WORKER = """
+import sys
+from latebandit import metrics
+for name, value in {gauges!r}.items():
+    getattr(metrics, name).set(value)
+metrics.AUDIT_ROWS.inc({rows})
+print(metrics.exposition()[0].decode() if {scrape} else "ready", flush=True)
+sys.stdin.read()  # alive until the test closes its input
+"""
+
+
+def test_several_workers_sum_their_counters_and_merge_their_gauges_as_each_means(tmp_path) -> None:
+    """prometheus-client's multiprocess mode, in three worker processes: one that died (its counts stay, its
+    live gauges go), one alive and one scraped. The audit backlog is the freshest read of the shared queue,
+    the lag the worst live writer's, the spool the sum over live workers."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+
+    def worker(gauges: dict[str, float], rows: int, scrape: bool = False) -> subprocess.Popen[str]:
+        script = WORKER.format(gauges=gauges, rows=rows, scrape=scrape)
+        return subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    dead = worker({"AUDIT_LAG": 400, "AUDIT_BACKLOG": 5000, "SPOOL_RECORDS": 7}, rows=3)
+    dead.communicate("", timeout=60)
+    alive = worker({"AUDIT_LAG": 2, "AUDIT_BACKLOG": 20, "SPOOL_RECORDS": 1}, rows=5)
+    assert alive.stdout is not None and alive.stdout.readline() == "ready\n"
+    scraped = worker({"AUDIT_LAG": 1, "AUDIT_BACKLOG": 10, "SPOOL_RECORDS": 2}, rows=4, scrape=True)
+    text, _ = scraped.communicate("", timeout=60)
+    alive.communicate("", timeout=60)
+    values = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    assert values["latebandit_audit_rows_total"] == 3 + 5 + 4
+    assert values["latebandit_audit_backlog"] == 10
+    assert values["latebandit_audit_lag_seconds"] == 2
+    assert values["latebandit_audit_spool_records"] == 1 + 2
