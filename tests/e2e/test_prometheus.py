@@ -268,7 +268,8 @@ def test_prometheus_scrapes_the_workers_and_the_alerts_fire_and_resolve(
             redis_proxy.cut()  # fallback decisions; the clients retry their /feedback (503) meanwhile
 
             def redis_alerts() -> bool:
-                assert requests.choose(NAMES[0])["fallback"] is True  # decisions go on, as fallbacks
+                for _ in range(5):
+                    assert requests.choose(NAMES[0])["fallback"] is True  # decisions go on, as fallbacks
                 return {"LatebanditRedisUnreachable", "LatebanditFallbackDecisions"} <= set(prom.alerts())
 
             eventually(redis_alerts, "the Redis alerts firing", prom)
