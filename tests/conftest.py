@@ -9,6 +9,7 @@ reason shown by ``pytest -rs``) otherwise.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -46,6 +47,17 @@ def missing(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def installed(program: str, package: str) -> str:
+    """The path of ``program``; when it is missing, the test fails if ``CI`` is set (.ci/run installs it)
+    and is skipped otherwise."""
+    path = shutil.which(program)
+    if path is None:
+        missing = f"{program} is not installed (Debian package {package}; .ci/run installs it)"
+        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
+    assert path is not None
+    return path
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.conftest import unavailable
 from tests.e2e.server import free_port
 
 
-def binary(name: str) -> str:
+def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         unavailable(name, FileNotFoundError(f"{name} is not on PATH"))
@@ -65,7 +65,7 @@ class RedisServer:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
-        args = [binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        args = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--dir", str(self.workdir), *persistence, *self.extra]  # fmt: skip
         log = open(self.workdir / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -117,14 +117,14 @@ def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[RedisCluster]:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in nodes]
         subprocess.run(
-            [binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [_binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
 
         def settled() -> bool:
             for node in nodes:
                 info = subprocess.run(
-                    [binary("redis-cli"), "-p", str(node.port), "cluster", "info"], capture_output=True, text=True
+                    [_binary("redis-cli"), "-p", str(node.port), "cluster", "info"], capture_output=True, text=True
                 ).stdout
                 if "cluster_state:ok" not in info:
                     return False

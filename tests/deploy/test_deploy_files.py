@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from latebandit.config import Settings, UnsafeSettings
+from tests.conftest import installed
 from tests.deploy.promql import ALERTS, DASHBOARD, DEPLOY, alert_rules, dashboard_expressions, metric_names
 
 ROOT = DEPLOY.parent
@@ -62,9 +62,7 @@ def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass(tmp
     """deploy/alerts_test.yml: each alert fires on synthetic series of its situation, and only then. The files
     are checked as Prometheus's container sees them: with the metrics key compose mounts beside them.
     .ci/run installs promtool (Debian package prometheus), so CI never skips this."""
-    if shutil.which("promtool") is None:
-        missing = "promtool is not installed (Debian package prometheus; .ci/run installs it)"
-        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
+    promtool = installed("promtool", "prometheus")
     for name in ("prometheus.yml", ALERTS.name, "alerts_test.yml"):
         shutil.copy(DEPLOY / name, tmp_path / name)
     (tmp_path / scrape_config()["authorization"]["credentials_file"]).write_text("metrics-key-for-promtool\n")
@@ -74,7 +72,7 @@ def test_promtool_accepts_the_config_and_the_rules_and_their_unit_tests_pass(tmp
         ["test", "rules", "alerts_test.yml"],
     )
     for command in checks:
-        result = subprocess.run(["promtool", *command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([promtool, *command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -24,13 +24,14 @@ import pytest
 import yaml
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from tests.conftest import installed
 from tests.deploy.promql import ALERTS, DEPLOY, dashboard_expressions
 from tests.e2e.server import Server, cli, free_port, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN, iso
 from tests.e2e.test_faults import NAMES, create_campaigns, workers
 from tests.e2e.test_planning import ODAAF
 from tests.e2e.traffic import Fleet, Gate, Plan, now_iso, until
-from tests.faults import binary, tcp_proxy
+from tests.faults import tcp_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 
@@ -76,7 +77,7 @@ def prometheus(workdir: Path, target: str) -> Iterator[Prometheus]:
     """Prometheus (Debian's package; fails under CI, skips elsewhere when it is missing) scraping ``target``
     every second with deploy/prometheus.yml's job and the rules of deploy/alerts.yml, whose ``for:`` are
     shortened to FOR; its database in ``workdir``."""
-    executable = binary("prometheus")
+    executable = installed("prometheus", "prometheus")
     workdir.mkdir()
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
