@@ -31,7 +31,7 @@ from latebandit.audit.records import Record
 from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.delays.exposure import bucket_moments
-from latebandit.engine.core import describe_state
+from latebandit.engine.describe import describe_state
 from latebandit.engine.feedback import Conversion, prepare
 from latebandit.engine.scheduling import describe_schedule
 from latebandit.policies.schedule import Plan
