@@ -184,8 +184,8 @@ class Ingest:
             paused = Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
             rejections += [(index, paused) for index, _ in events]
             events, outcomes = [], []
-        for index, rejection in rejections:
-            ledger.reject(index, rejection)
+        for index, refusal in rejections:
+            ledger.reject(index, refusal)
         ledger.tally_anonymous(campaign, events, outcomes)
         return APPLIED
 

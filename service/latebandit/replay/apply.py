@@ -142,7 +142,7 @@ class Replayer:
             if await self.store.create_campaign(campaign, {}):
                 self.campaigns[campaign.id] = campaign
             return
-        campaign_id, status = line.get("id") or line.get("campaign"), line.get("status")
+        campaign_id, status = line.get("id") or line.get("campaign"), line.get("status", "")
         if campaign_id not in self.campaigns:
             return
         at = line.get("at")

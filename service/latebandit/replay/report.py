@@ -61,8 +61,9 @@ def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  #
     for label, estimate in [("logged policy (on-policy)", logged), *curves]:
         index, value, low, high = running(estimate.terms, CURVE_POINTS)
         when = [_when(times[i]) for i in index]
-        (line,) = ax.plot(when, value, label=label, linewidth=1.4)
-        ax.fill_between(when, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        # Matplotlib takes datetimes through its unit converters, which its type stubs leave out.
+        (line,) = ax.plot(when, value, label=label, linewidth=1.4)  # type: ignore[arg-type]
+        ax.fill_between(when, low, high, color=line.get_color(), alpha=0.15, linewidth=0)  # type: ignore[arg-type]
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("decision time (UTC)", fontsize=8)
     ax.set_ylabel("estimated value so far (95 % CI)", fontsize=8)
