@@ -2,9 +2,9 @@
 
 It is composed of a worker's view of its campaigns (engine/directory.py), the feedback ingest
 (engine/ingest.py) and the description of state (engine/describe.py), and decides itself, through a
-group commit. Replays and rebuilds apply a log through the same store semantics, the same ingest and the
-same description (replay/apply.py), with an injected clock, so the live service and a replay of its log
-apply exactly the same rules.
+group commit, with an injected clock and RNG. Replays and rebuilds choose nothing: they record the logged
+decisions and apply the logged feedback through the same ingest and store semantics, and describe the
+result with the same code (replay/apply.py), so a replay of the log applies exactly the live rules.
 """
 
 from __future__ import annotations
