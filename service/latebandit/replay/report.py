@@ -8,6 +8,7 @@ import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -16,6 +17,9 @@ from latebandit.replay.estimators import Estimate, running
 from latebandit.replay.evaluate import Evaluation
 from latebandit.replay.logged import CampaignLog
 from latebandit.timeutil import MICROS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CURVE_POINTS = 200
 COLUMNS = ("policy", "estimator", "value", "95% CI", "ESS", "steps", "clipped")
@@ -53,7 +57,7 @@ def _when(micros: float) -> datetime:
     return datetime.fromtimestamp(micros / MICROS, tz=UTC)
 
 
-def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  # type: ignore[no-untyped-def]
+def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str) -> Figure:
     figure = new_figure((8.0, 4.5))
     ax = figure.subplots()
     times = evaluations[0].times
