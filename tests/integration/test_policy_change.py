@@ -135,7 +135,7 @@ async def test_a_policy_change_reaches_every_worker_and_survives_replay_and_rebu
 
     # A worker that still caches version 1 classifies feedback against it; the store sends it to reload.
     stale = DecisionEngine(second.store, second.signer, clock, np.random.default_rng(9), second.options)
-    stale._campaigns["promo"] = Campaign(**SPEC.model_dump(), created_at=T0)
+    stale.campaigns.remember(Campaign(**SPEC.model_dump(), created_at=T0))
     result = await stale.feedback(
         [conversion_of(new[0].decision_id, clock.advance(1)), conversion_of(old[1].decision_id, clock.now)]
     )

@@ -11,7 +11,9 @@ import pytest
 
 from latebandit.audit.log import AuditLog
 from latebandit.campaign import Campaign, CampaignSpec
-from latebandit.engine.core import LOOKUPS_PER_BATCH, UNKNOWN_FOR, DecisionEngine, EngineOptions, UnknownCampaign
+from latebandit.engine.core import DecisionEngine, EngineOptions
+from latebandit.engine.directory import UNKNOWN_FOR, UnknownCampaign
+from latebandit.engine.ingest import LOOKUPS_PER_BATCH
 from latebandit.runtime import CampaignHistory
 from latebandit.store.base import StoreUnavailable
 from latebandit.store.memory import MemoryStore

@@ -31,7 +31,8 @@ from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths
 from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
-from latebandit.engine.core import CampaignExists, DecisionEngine, UnknownCampaign
+from latebandit.engine.core import CampaignExists, DecisionEngine
+from latebandit.engine.directory import UnknownCampaign
 from latebandit.engine.feedback import MAX_EVENTS, Reason
 from latebandit.ids import Identifier
 from latebandit.logs import RequestLog

@@ -1,8 +1,8 @@
 """Feedback events: validated one by one, so that one bad event never rejects its neighbours.
 
 Each event either becomes a ``Conversion`` (verified decision id, times checked) or a ``Rejection`` with a
-machine-readable reason from CONTRACT.md. Nothing here touches the store: the engine groups the accepted
-events by campaign and the store deduplicates and counts them atomically.
+machine-readable reason from CONTRACT.md. Nothing here touches the store: the ingest (engine/ingest.py)
+groups the accepted events by campaign and the store deduplicates and counts them atomically.
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ class Planner:
             log.exception("plan solve failed for campaign %s", campaign.id)
             return
         metrics.PLAN_SECONDS.labels(label).set(time.perf_counter() - started)
+        assert planned.plan is not None  # prepare always solves one
         cost = planned.plan.cost
         metrics.PLAN_STATES.labels(label).set(cost.states)
         metrics.PLAN_BYTES.labels(label, "tables").set(cost.table_bytes)

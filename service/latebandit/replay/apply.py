@@ -1,9 +1,11 @@
-"""Re-apply an event log (CONTRACT.md JSONL) to the campaigns' own policies, through the same store
-semantics and the same exposure code as the live service, so ``replay --dump-state`` equals ``GET /state``.
+"""Re-apply an event log (CONTRACT.md JSONL) to the campaigns' own policies, through the live service's
+own feedback ingest (engine/ingest.py), store semantics and state description (engine/describe.py), so
+``replay --dump-state`` equals ``GET /state``.
 
 Time is virtual: it is the latest event time seen, and ``as_of`` cuts the log (decisions made and
 conversions occurred after it are left out). Conversions whose decision line is missing from the log
-cannot be attributed to a pull and are skipped and counted in ``skipped``.
+cannot be attributed to a pull and are skipped and counted in ``skipped`` (a planning campaign, which learns
+from sums, takes them all the same), as is every event the service's ingest rejects.
 
 The log is streamed, and so is what the replay holds of it: a decision is forgotten once its campaign's
 log has moved past its window plus the dedup retention, because a conversion arriving after that changes
@@ -28,18 +30,22 @@ from typing import Any
 import orjson
 
 from latebandit.audit.export import record_to_line
-from latebandit.audit.records import Record
+from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.delays.exposure import bucket_moments
-from latebandit.engine.core import describe_state
-from latebandit.engine.feedback import Conversion, prepare
+from latebandit.engine.describe import describe_state
+from latebandit.engine.feedback import Conversion, Reason, Rejection
+from latebandit.engine.ingest import Ingest, Item
 from latebandit.engine.scheduling import describe_schedule
 from latebandit.policies.schedule import Plan
-from latebandit.store.base import AnonymousEvent, CampaignRefused, Pull
+from latebandit.store.base import AnonymousEvent, PreparedConversion, Pull
 from latebandit.store.memory import MemoryStore
-from latebandit.store.schedule import ClaimStatus
+from latebandit.store.schedule import ClaimStatus, Uncredited
 from latebandit.timeutil import MICROS, parse_time
+
+# Per kind of feedback line, the key of its event's time: its receipt in a log without ``received_at``.
+EVENT_TIME = {"conversion": "occurred_at", "aggregate": "end", "watermark": "at"}
 
 
 @dataclass(frozen=True)
@@ -63,20 +69,41 @@ def campaign_from_line(line: dict[str, Any]) -> Campaign:
     return Campaign.model_validate(body)
 
 
+class Skips:
+    """The replay's ledger (engine/ingest.py): the feedback lines the ingest did not apply, counted in
+    ``Replayer.skipped`` by kind and reason. What the store made of the others is the state itself."""
+
+    def __init__(self, skipped: Counter[str], kind: str) -> None:
+        self.skipped = skipped
+        self.kind = kind
+
+    def reject(self, index: int, rejection: Rejection) -> None:
+        reason = "refused" if rejection.reason is Reason.CAMPAIGN_PAUSED else rejection.reason.value
+        self.skipped[f"{self.kind}_{reason}"] += 1
+
+    def tally(self, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]) -> None:
+        pass
+
+    def tally_anonymous(
+        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome | Uncredited]
+    ) -> None:
+        pass
+
+
 class Replayer:
-    """Feedback is applied at the time the service received it (``received_at`` in an export, else its
-    ``occurred_at``): that time decides deduplication expiry and whether it lies before ``as_of``. Pass
-    the service's ``dedup_retention`` and ``request_ttl`` to reproduce it exactly."""
+    """Feedback is applied through the service's ingest at the time the service received it
+    (``received_at`` in an export, else the event's own time): that time decides deduplication expiry and
+    whether it lies before ``as_of``. Pass the service's ``dedup_retention``, ``max_skew`` and
+    ``request_ttl`` to reproduce it exactly."""
 
     def __init__(self, as_of: int | None = None, settings: Settings | None = None) -> None:
         settings = settings or Settings()
         self.now = 0
         self.as_of = as_of
-        self.retention = settings.dedup_retention
         self._retention_us = round(settings.dedup_retention * MICROS)
-        self._skew_us = round(settings.max_skew * MICROS)
         self.request_ttl = math.ceil(settings.request_ttl)
         self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
+        self.ingest = Ingest(self.store, settings.max_skew, settings.dedup_retention)
         self.campaigns: dict[str, Campaign] = {}
         self.decisions: dict[str, LoggedDecision] = {}
         # Per campaign, its decisions in log order with the moment they may be forgotten, and the latest
@@ -104,17 +131,8 @@ class Replayer:
             await self._campaign(line)
         elif kind == "decision":
             await self._decision(line)
-        elif kind == "conversion" and self._plans(line):
-            await self._anonymous(line, AnonymousEvent("aggregate", *self._instant(line), *self._identity(line)))
-        elif kind == "conversion":
-            await self._conversion(line)
-        elif kind == "aggregate" and self._plans(line):
-            start, end = parse_time(line["start"]), parse_time(line["end"])
-            await self._anonymous(line, AnonymousEvent("aggregate", start, end, float(line["value"]),
-                                                       *self._identity(line)))  # fmt: skip
-        elif kind == "watermark" and self._plans(line):
-            at = parse_time(line["at"])
-            await self._anonymous(line, AnonymousEvent("watermark", at, at, 0.0, None, None, 0))
+        elif kind in EVENT_TIME:
+            await self._feedback(kind, line)
         else:
             self.skipped[f"{kind}_event"] += 1
 
@@ -131,7 +149,7 @@ class Replayer:
             if await self.store.create_campaign(campaign, {}):
                 self.campaigns[campaign.id] = campaign
             return
-        campaign_id, status = line.get("id") or line.get("campaign"), line.get("status")
+        campaign_id, status = line.get("id") or line.get("campaign"), line.get("status", "")
         if campaign_id not in self.campaigns:
             return
         at = line.get("at")
@@ -149,35 +167,12 @@ class Replayer:
             return
         self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
 
-    def _plans(self, line: dict[str, Any]) -> bool:
-        campaign = self.campaigns.get(line.get("campaign", ""))
-        return campaign is not None and campaign.plans
-
-    def _instant(self, line: dict[str, Any]) -> tuple[int, int, float]:
-        at = parse_time(line["occurred_at"])
-        return at, at, float(line.get("value", 1.0))
-
-    def _identity(self, line: dict[str, Any]) -> tuple[str | None, str | None, int]:
-        """Event id, decision id and deduplication time of an anonymous event, as the service set them."""
-        campaign = self.campaigns[line["campaign"]]
-        ttl = math.ceil(campaign.allowed_lateness + self.retention)
-        return line.get("event_id"), line.get("decision_id"), ttl
-
     async def _plan(self, campaign: Campaign, line: dict[str, Any]) -> None:
         plan, version = Plan.from_json(line["plan"]), int(line["version"])
         if not await self.store.commit_plan(
             campaign, version - 1, plan, int(line["consumed"]), {"config": {}}, self.now
         ):
             self.skipped["plan_out_of_order"] += 1
-
-    async def _anonymous(self, line: dict[str, Any], event: AnonymousEvent) -> None:
-        received = parse_time(line["received_at"]) if "received_at" in line else event.end
-        if not self._advance(received):
-            return
-        try:
-            await self.store.apply_anonymous(self.campaigns[line["campaign"]], [event], received)
-        except CampaignRefused:
-            self.skipped["feedback_refused"] += 1
 
     async def _decision(self, line: dict[str, Any]) -> None:
         campaign = self.campaigns.get(line["campaign"])
@@ -194,7 +189,7 @@ class Replayer:
             campaign.id, arm, at, counted, line.get("version", campaign.version)
         )
         # Forgotten a max_skew after that: the workers' clocks, which stamped the log, may differ by as much.
-        forget_at = at + campaign.window_us + self._retention_us + self._skew_us
+        forget_at = at + campaign.window_us + self._retention_us + self.ingest.max_skew
         self._forgettable[campaign.id].append((forget_at, line["decision_id"]))
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
@@ -223,31 +218,54 @@ class Replayer:
         if matured.any():
             await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
 
-    async def _conversion(self, line: dict[str, Any]) -> None:
+    async def _feedback(self, kind: str, line: dict[str, Any]) -> None:
+        """A feedback line, applied by the service's own ingest as of its receipt. An aggregate or a
+        watermark goes in as the client sent it; a conversion as the service verified it (``_conversion``)."""
+        item: Item
+        if kind == "conversion":
+            conversion = self._conversion(line)
+            if conversion is None:
+                return
+            campaign, item = self.campaigns[conversion.campaign], conversion
+        else:
+            known = self.campaigns.get(line.get("campaign", ""))
+            if known is None:
+                self.skipped[f"{kind}_without_campaign"] += 1
+                return
+            campaign, item = known, line
+        received = parse_time(line["received_at"] if "received_at" in line else line[EVENT_TIME[kind]])
+        if not self._advance(received):
+            return
+        left = await self.ingest.apply(campaign, [(0, item)], received, Skips(self.skipped, kind))
+        if left:  # never in fact: the replay's campaigns follow its store's policy versions, none moves under it
+            self.skipped[f"{kind}_refused"] += len(left)
+
+    def _conversion(self, line: dict[str, Any]) -> Conversion | None:
+        """The conversion as the service verified it: its decision id told the service the arm, the
+        decision's time and policy version and whether the pull counted, which the replay reads from the
+        decision's line."""
         decision = self.decisions.get(line["decision_id"])
         if decision is None:
             campaign = self.campaigns.get(line["campaign"])
-            late = (
-                campaign is not None
-                and {"decided_at", "received_at"} <= line.keys()
-                and parse_time(line["received_at"]) - parse_time(line["decided_at"])
-                > campaign.window_us + self._retention_us
-            )
-            self.skipped["conversion_after_retention" if late else "conversion_without_decision"] += 1
-            return
-        occurred_at = parse_time(line["occurred_at"])
-        received = parse_time(line["received_at"]) if "received_at" in line else occurred_at
-        if not self._advance(received):
-            return
-        campaign = self.campaigns[decision.campaign]
-        conversion = Conversion(
-            campaign.id, line["decision_id"], decision.arm, decision.at, decision.counted, decision.version,
-            occurred_at, float(line.get("value", 1.0)), line.get("event_id"),
+            if campaign is None or not campaign.plans:
+                late = (
+                    campaign is not None
+                    and {"decided_at", "received_at"} <= line.keys()
+                    and parse_time(line["received_at"]) - parse_time(line["decided_at"])
+                    > campaign.window_us + self._retention_us
+                )
+                self.skipped["conversion_after_retention" if late else "conversion_without_decision"] += 1
+                return None
+            # A planning campaign reads a conversion as an aggregate over the instant it occurred
+            # (anonymous_event), so it learns from one whose decision line is not held (forgotten, or not in
+            # the log) all the same; the arm and decision time an export gives it only label it.
+            arm = campaign.arm_index.get(line.get("arm", ""), len(campaign.arms))  # past the arms: none named
+            at = parse_time(line.get("decided_at", line["occurred_at"]))
+            decision = LoggedDecision(campaign.id, arm, at, True, campaign.version)
+        return Conversion(
+            decision.campaign, line["decision_id"], decision.arm, decision.at, decision.counted, decision.version,
+            parse_time(line["occurred_at"]), float(line.get("value", 1.0)), line.get("event_id"),
         )  # fmt: skip
-        try:
-            await self.store.apply_conversions(campaign, [prepare(campaign, conversion, received, self.retention)])
-        except CampaignRefused:
-            self.skipped["conversion_refused"] += 1
 
     async def state(self, campaign_id: str, as_of: int | None = None) -> dict[str, Any]:
         campaign = self.campaigns[campaign_id]

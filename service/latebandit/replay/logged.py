@@ -9,7 +9,6 @@ unknown (``None``) rather than 0 (censored by the log's end, not by the window).
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -99,8 +98,7 @@ def _decision(
     campaign: Campaign, line: dict[str, Any], at: int, lines: list[dict[str, Any]], end: int
 ) -> LoggedDecision:
     propensity = line.get("propensity")
-    ok = isinstance(propensity, int | float) and not isinstance(propensity, bool) and 0.0 < propensity <= 1.0
-    if not ok or not math.isfinite(propensity):
+    if isinstance(propensity, bool) or not isinstance(propensity, int | float) or not 0.0 < propensity <= 1.0:
         raise NotEvaluable(
             f"decision {line['decision_id'][:40]!r} has no propensity in (0, 1] (got {propensity!r}): "
             "an off-policy estimate needs the logging policy's probability of every logged choice"

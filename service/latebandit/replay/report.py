@@ -8,6 +8,7 @@ import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -16,6 +17,9 @@ from latebandit.replay.estimators import Estimate, running
 from latebandit.replay.evaluate import Evaluation
 from latebandit.replay.logged import CampaignLog
 from latebandit.timeutil import MICROS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CURVE_POINTS = 200
 COLUMNS = ("policy", "estimator", "value", "95% CI", "ESS", "steps", "clipped")
@@ -53,7 +57,7 @@ def _when(micros: float) -> datetime:
     return datetime.fromtimestamp(micros / MICROS, tz=UTC)
 
 
-def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  # type: ignore[no-untyped-def]
+def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str) -> Figure:
     figure = new_figure((8.0, 4.5))
     ax = figure.subplots()
     times = evaluations[0].times
@@ -61,8 +65,9 @@ def _figure(evaluations: Sequence[Evaluation], logged: Estimate, title: str):  #
     for label, estimate in [("logged policy (on-policy)", logged), *curves]:
         index, value, low, high = running(estimate.terms, CURVE_POINTS)
         when = [_when(times[i]) for i in index]
-        (line,) = ax.plot(when, value, label=label, linewidth=1.4)
-        ax.fill_between(when, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        # Matplotlib takes datetimes through its unit converters, which its type stubs leave out.
+        (line,) = ax.plot(when, value, label=label, linewidth=1.4)  # type: ignore[arg-type]
+        ax.fill_between(when, low, high, color=line.get_color(), alpha=0.15, linewidth=0)  # type: ignore[arg-type]
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("decision time (UTC)", fontsize=8)
     ax.set_ylabel("estimated value so far (95 % CI)", fontsize=8)

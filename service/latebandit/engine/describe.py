@@ -1,0 +1,92 @@
+"""The state a campaign's policy sees and shows: the statistics a decision reads, and the CONTRACT.md
+``state`` object. One code for ``GET /state``, the metrics and a replay's ``--dump-state``, so that a replay
+of the log and the live service describe the same state the same way."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from latebandit.campaign import Campaign
+from latebandit.delays.exposure import Exposure, campaign_stats, exposure
+from latebandit.delays.tail import delay_summary
+from latebandit.policies.base import EPS_N, ArmStats
+from latebandit.store.base import StateSnapshot
+from latebandit.timeutil import MICROS, format_time
+
+
+def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
+    """The statistics for a decision. Pulls counted since the histogram read are missing from W; each adds
+    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (manegueu2020.md §3.4)."""
+    weight = seen.tail_weight
+    if weight is not None:
+        weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending)
+
+
+def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
+    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
+    arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delays/tail.py)."""
+    seen = exposure(campaign, state, as_of)
+    arms = arm_rows(campaign, state, seen)
+    for arm, summary in delay_rows(campaign, state, seen).items():
+        arms[arm]["delays"] = summary
+    return {
+        "campaign": campaign.id,
+        "policy": campaign.policy.name,
+        "decisions": int(state.counters.decisions),
+        "as_of": format_time(as_of),
+        "arms": arms,
+        "policy_state": {
+            "status": campaign.status.value,
+            "window": campaign.window,
+            "bucket_width": campaign.bucket_width_us / MICROS,
+            **campaign.policy_impl.policy_state(arm_stats(state, seen)),
+        },
+    }
+
+
+def diagnostic_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """``arm_rows`` plus each arm's pending age, for the per-arm gauges."""
+    rows = arm_rows(campaign, state, seen)
+    for row, age in zip(rows.values(), seen.pending_age.tolist(), strict=True):
+        row["pending_age"] = _number(age)
+    return rows
+
+
+def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm, what the observed delays say, weighted by how many pulls could have shown each delay."""
+    counts = state.delay_counts()
+    return {arm: delay_summary(counts[k], seen.delay_exposure[k]) for k, arm in enumerate(campaign.arms)}
+
+
+def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
+    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending."""
+    counters = state.counters
+    stats = arm_stats(state, seen)
+    policy = campaign.policy_impl
+    effective = policy.effective_pulls(stats)[0]
+    estimate = policy.estimate(stats)[0]
+    index = policy.index(stats)[0]
+    arms: dict[str, Any] = {}
+    for k, arm in enumerate(campaign.arms):
+        defined = effective[k] > EPS_N
+        arms[arm] = {
+            "pulls": int(counters.pulls[k]),
+            "conversions": _integral(counters.conversions[k]),
+            "effective_pulls": float(effective[k]),
+            "estimate": _number(estimate[k]) if defined else None,
+            "index": _number(index[k]) if defined else None,
+            "pending": int(seen.pending[k]),
+        }
+    return arms
+
+
+def _number(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def _integral(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
