@@ -17,6 +17,7 @@ exactly the dicts the store queued.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -72,7 +73,16 @@ def columns(record: Record, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def rebuilt(kind: str, row: Mapping[Any, Any], keys: tuple[str, ...]) -> Record:
     """The record a row was made from: its type, campaign (from the queue key) and ``keys``."""
-    return {"type": kind, "campaign": row["campaign"]} | {key: row[column_of(key)] for key in keys}
+    record = {"type": kind, "campaign": row["campaign"]}
+    for key, column in _columns_of(keys):
+        record[key] = row[column]
+    return record
+
+
+@functools.cache
+def _columns_of(keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Each key with its column: an export or a replay reads millions of rows with the same few keys."""
+    return tuple((key, column_of(key)) for key in keys)
 
 
 FEEDBACK_COLUMNS = tuple({column_of(key) for keys in FEEDBACK_FIELDS.values() for key in keys})
