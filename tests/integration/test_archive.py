@@ -56,7 +56,7 @@ def logged_at(record: Record) -> int:
 
 
 def queued(records: list[Record], first: int = 0) -> list[QueueEntry]:
-    return [QueueEntry(CAMPAIGN.id, f"{logged_at(record) // 1000}-{first + n}", [record]) for n, record in
+    return [QueueEntry(record["campaign"], f"{logged_at(record) // 1000}-{first + n}", [record]) for n, record in
             enumerate(records)]  # fmt: skip
 
 
@@ -233,3 +233,21 @@ def test_a_new_day_takes_over_the_rows_the_default_partition_held_for_it(postgre
         assert placed == day_name("audit_decisions", day_start(far))
     finally:
         audit.dispose()
+
+
+def test_an_archive_and_the_log_replay_each_campaign_on_its_own_clock(log: AuditLog, tmp_path: Path) -> None:
+    """A repeat conversion after the cut, of a decision before it, stays a repeat although another campaign
+    (earlier in the log's order, later in time) comes between the archive and the rest of its campaign."""
+    other = CAMPAIGN.model_copy(update={"id": "another", "created_at": MIDNIGHT + 20 * DAY_US})
+    later = other.created_at + HOUR
+    repeat = converted(0, MIDNIGHT + HOUR) | {"event_id": "e0-again"}
+    traffic = [*two_days(), repeat, create(other, other.created_at),
+               decision(1, later) | {"campaign": other.id, "decision_id": "other-1"}]  # fmt: skip
+    log.write(queued(sorted(traffic, key=logged_at)))
+    whole = lines_of(log)
+    _, state_of_whole = replayed(whole)
+    out = tmp_path / "first-day.jsonl.gz"
+    archive(log, SETTINGS, MIDNIGHT, out, LONG_AFTER)
+    _, state = replayed(itertools.chain(read_log(str(out)), lines_of(log)))
+    assert state == state_of_whole
+    assert state["arms"]["b"]["conversions"] == 12  # the 12 first conversions; the repeat is not one

@@ -98,7 +98,9 @@ class Replayer:
 
     def __init__(self, as_of: int | None = None, settings: Settings | None = None) -> None:
         settings = settings or Settings()
-        self.now = 0
+        self.now = 0  # the store's clock: the time of the campaign whose event is being applied
+        self.latest = 0  # the log's latest event time, for the state as of the log's end
+        self._clocks: Counter[str] = Counter()  # per campaign, its latest event time
         self.as_of = as_of
         self._retention_us = round(settings.dedup_retention * MICROS)
         self.request_ttl = math.ceil(settings.request_ttl)
@@ -114,11 +116,16 @@ class Replayer:
         self.skipped: Counter[str] = Counter()
         self._campaign_lines: set[bytes] = set()  # campaign events are few, and are archived yet kept
 
-    def _advance(self, moment: int) -> bool:
-        """Move the virtual clock; False if the event lies after ``as_of`` and must be left out."""
+    def _advance(self, campaign_id: str, moment: int) -> bool:
+        """Move ``campaign_id``'s virtual clock to ``moment``, and the store's clock to it; False if the
+        event lies after ``as_of`` and must be left out. Each campaign has its own clock, as each had the
+        real time of its own events: a log holds campaigns one after another (and an archive followed by the
+        log, pieces of one campaign on either side of the others), and on one shared clock a campaign's
+        deduplication entries would expire at another campaign's later times, letting a repeat count."""
         if self.as_of is not None and moment > self.as_of:
             return False
-        self.now = max(self.now, moment)
+        self._clocks[campaign_id] = self.now = max(self._clocks[campaign_id], moment)
+        self.latest = max(self.latest, moment)
         return True
 
     async def apply_all(self, lines: Iterable[dict[str, Any]]) -> None:
@@ -144,7 +151,7 @@ class Replayer:
         self._campaign_lines.add(identity)
         if "arms" in line:
             campaign = campaign_from_line(line)
-            if not self._advance(campaign.created_at):
+            if not self._advance(campaign.id, campaign.created_at):
                 return
             if await self.store.create_campaign(campaign, {}):
                 self.campaigns[campaign.id] = campaign
@@ -153,7 +160,7 @@ class Replayer:
         if campaign_id not in self.campaigns:
             return
         at = line.get("at")
-        if at is not None and not self._advance(parse_time(at)):
+        if at is not None and not self._advance(campaign_id, parse_time(at)):
             return
         if "plan" in line:
             await self._plan(self.campaigns[campaign_id], line)
@@ -180,7 +187,7 @@ class Replayer:
             self.skipped["decision_without_campaign"] += 1
             return
         at = parse_time(line["at"])
-        if not self._advance(at):
+        if not self._advance(campaign.id, at):
             return
         arm = campaign.arm_index[line["arm"]]
         counted = not line.get("fallback", False)
@@ -234,7 +241,7 @@ class Replayer:
                 return
             campaign, item = known, line
         received = parse_time(line["received_at"] if "received_at" in line else line[EVENT_TIME[kind]])
-        if not self._advance(received):
+        if not self._advance(campaign.id, received):
             return
         left = await self.ingest.apply(campaign, [(0, item)], received, Skips(self.skipped, kind))
         if left:  # never in fact: the replay's campaigns follow its store's policy versions, none moves under it
@@ -270,7 +277,7 @@ class Replayer:
     async def state(self, campaign_id: str, as_of: int | None = None) -> dict[str, Any]:
         campaign = self.campaigns[campaign_id]
         snapshot = await self.store.snapshot(campaign)
-        moment = as_of if as_of is not None else self.as_of or self.now
+        moment = as_of if as_of is not None else self.as_of or self.latest
         if campaign.plans:
             return describe_schedule(campaign, snapshot.counters, await self.store.schedule_view(campaign), moment)
         return describe_state(campaign, snapshot, moment)

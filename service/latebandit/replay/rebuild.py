@@ -43,7 +43,7 @@ async def replay_audit(
 
 async def restore_memory(audit: AuditLog, store: MemoryStore, settings: Settings) -> list[str]:
     replayer = await replay_audit(audit, settings)
-    shift = (wall_clock() - replayer.now) // MICROS
+    shift = (wall_clock() - replayer.latest) // MICROS
     for campaign_id in replayer.campaigns:
         store.import_campaign(replayer.store.export_campaign(campaign_id), shift)
     store.continue_after(await asyncio.to_thread(audit.last_entry))
@@ -63,7 +63,7 @@ async def rebuild_redis(
         snapshot = await replayer.store.snapshot(config)
         expiring: dict[str, tuple[str, int]] = {}
         for key, (expires, value) in memory.expiring.items():
-            remaining = expires - replayer.now // MICROS
+            remaining = expires - replayer.latest // MICROS
             if remaining > 0:
                 text = "|".join(map(str, value)) if isinstance(value, tuple) else "1"
                 expiring[key] = (text, remaining)
