@@ -193,13 +193,17 @@ def _moment(text: str, flag: str) -> int:
         raise typer.Exit(2) from error
 
 
+ARCHIVE_LATER = 3  # archive's exit status when the same command may succeed later (a cron job retries)
+
+
 @app.command()
 def archive(
     until: Annotated[str, typer.Option(help="a UTC midnight (RFC 3339): archive what was recorded before it")],
     out: Annotated[Path, typer.Option(help="the archive to write (JSONL, gzip-compressed); never overwritten")],
 ) -> None:
     """Export what the audit log recorded before --until to a compressed event log, then drop it from the
-    log. Refuses, changing nothing, while a campaign can still learn from events of that range."""
+    log. Refuses, changing nothing: exit 3 when it may succeed later (a campaign can still learn from the
+    range, another archive runs, rows reached the range meanwhile), 2 for a bad --until or --out."""
     from latebandit.audit.archive import ArchiveRefused
     from latebandit.audit.archive import archive as archive_range
     from latebandit.audit.log import AuditLog
@@ -211,14 +215,14 @@ def archive(
         done = archive_range(AuditLog(settings.sqlalchemy_url), settings, cut, out, wall_clock())
     except ArchiveRefused as error:
         console.print(f"[red]not archived[/]: {error}")
-        raise typer.Exit(1) from error
+        raise typer.Exit(ARCHIVE_LATER if error.later else 2) from error
     rows = ", ".join(f"{count} from {table}" for table, count in done.removed.items())
     console.print(f"archived {done.lines} events to {done.path} ({done.size} bytes); dropped {rows}")
 
 
 @app.command()
 def replay(
-    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="event log (JSONL)")],
+    log: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="event log (JSONL, or gzip-compressed)")],
     campaign: Annotated[str | None, typer.Option(help="the campaign to report (default: the only one)")] = None,
     at: Annotated[str | None, typer.Option(help="replay up to this time (default: the log's latest)")] = None,
     dump_state: Annotated[Path | None, typer.Option(help="write the campaign's state object here")] = None,
@@ -257,8 +261,7 @@ def replay(
     if dump_state is not None:
         dump_state.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
     _print_state(state)
-    for reason, count in replayer.skipped.items():
-        console.print(f"[yellow]skipped {count} line(s): {reason.replace('_', ' ')}[/]")
+    _report_skipped(replayer.skipped)
     if policy:
         _evaluate(log, campaign, as_of, policy, params or [], json_out, plot, clip, estimator, seed)
     elif json_out is not None or plot is not None:
@@ -324,6 +327,12 @@ def _print_state(state: dict) -> None:
     show(table)
 
 
+def _report_skipped(skipped: Mapping[str, int]) -> None:
+    """The log lines a replay could not apply, by reason: a wrong archive order shows here."""
+    for reason, count in skipped.items():
+        console.print(f"[yellow]skipped {count} line(s): {reason.replace('_', ' ')}[/]")
+
+
 @app.command()
 def rebuild(
     campaign: Annotated[str | None, typer.Option(help="only this campaign")] = None,
@@ -336,7 +345,7 @@ def rebuild(
     was cut from, if given: without them, what was archived no longer counts in the state."""
     from latebandit.audit.log import AuditLog
     from latebandit.audit.writer import AuditWriter
-    from latebandit.replay.rebuild import rebuild_redis
+    from latebandit.replay.rebuild import Rebuilt, rebuild_redis
     from latebandit.runtime import redis_store
 
     settings = Settings()
@@ -344,7 +353,7 @@ def rebuild(
         console.print("[red]LATEBANDIT_REDIS_URL is not set[/]: the embedded store rebuilds itself at start")
         raise typer.Exit(2)
 
-    async def run() -> list[str]:
+    async def run() -> Rebuilt:
         store = redis_store(settings)
         audit = AuditLog(settings.sqlalchemy_url)
         try:
@@ -355,10 +364,11 @@ def rebuild(
             await store.close()
 
     rebuilt = asyncio.run(run())
-    if campaign is not None and not rebuilt:
+    if campaign is not None and not rebuilt.campaigns:
         console.print(f"[red]the audit log has no campaign {campaign!r}[/]")
         raise typer.Exit(1)
-    console.print(f"rebuilt {len(rebuilt)} campaign(s): {', '.join(rebuilt) or 'none'}")
+    _report_skipped(rebuilt.skipped)
+    console.print(f"rebuilt {len(rebuilt.campaigns)} campaign(s): {', '.join(rebuilt.campaigns) or 'none'}")
 
 
 @app.command()

@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 from alembic import command
+from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
-from latebandit.audit.archive import ArchiveRefused, archive
+from latebandit.audit.archive import ARCHIVE_LOCK, ArchiveRefused, archive
 from latebandit.audit.log import AuditLog
 from latebandit.audit.migrate import alembic_config
 from latebandit.audit.partitions import DAY_US, day_name, day_start, ensure_days, partitions
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Record
-from latebandit.cli import app
+from latebandit.cli import ARCHIVE_LATER, app
 from latebandit.config import Settings
 from latebandit.replay.apply import Replayer, read_log, records_as_lines
 from latebandit.replay.rebuild import replay_audit
@@ -251,3 +252,93 @@ def test_an_archive_and_the_log_replay_each_campaign_on_its_own_clock(log: Audit
     _, state = replayed(itertools.chain(read_log(str(out)), lines_of(log)))
     assert state == state_of_whole
     assert state["arms"]["b"]["conversions"] == 12  # the 12 first conversions; the repeat is not one
+
+
+@pytest.mark.postgres
+def test_one_archive_at_a_time_and_never_over_another_file(postgres_url: str, tmp_path: Path) -> None:
+    audit = AuditLog(driver_url(postgres_url))
+    try:
+        audit.create_schema()
+        audit.write(queued(two_days()))
+        whole = lines_of(audit)
+        with audit.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as other:
+            other.exec_driver_sql(f"SELECT pg_advisory_lock({ARCHIVE_LOCK})")  # an archive running elsewhere
+            with pytest.raises(ArchiveRefused, match="another archive") as refused:
+                archive(audit, SETTINGS, MIDNIGHT, tmp_path / "second.jsonl.gz", LONG_AFTER)
+            assert refused.value.later
+            other.exec_driver_sql(f"SELECT pg_advisory_unlock({ARCHIVE_LOCK})")
+        writing = tmp_path / "taken.jsonl.gz.partial"
+        writing.write_bytes(b"another archive's part")
+        with pytest.raises(ArchiveRefused, match="another archive is writing it"):
+            archive(audit, SETTINGS, MIDNIGHT, tmp_path / "taken.jsonl.gz", LONG_AFTER)
+        assert writing.read_bytes() == b"another archive's part"
+        assert lines_of(audit) == whole
+    finally:
+        audit.dispose()
+
+
+@pytest.mark.postgres
+def test_a_drop_that_cannot_lock_in_time_drops_nothing_and_keeps_no_file(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("latebandit.audit.log.REMOVAL_LOCK_TIMEOUT", "200ms")
+    audit = AuditLog(driver_url(postgres_url))
+    try:
+        audit.create_schema()
+        audit.write(queued(two_days()))
+        whole = lines_of(audit)
+        out = tmp_path / "blocked.jsonl.gz"
+        with audit.engine.connect() as writer:  # the lock of a write in progress, not committed
+            writer.exec_driver_sql("LOCK TABLE audit_feedback IN ROW EXCLUSIVE MODE")
+            with pytest.raises(ArchiveRefused, match=r"lock timeout.*nothing was dropped") as refused:
+                archive(audit, SETTINGS, MIDNIGHT, out, LONG_AFTER)
+            assert refused.value.later
+            writer.rollback()
+        assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+        assert lines_of(audit) == whole
+    finally:
+        audit.dispose()
+
+
+def test_a_log_is_read_by_its_bytes_and_a_cut_archive_says_so(log: AuditLog, tmp_path: Path) -> None:
+    log.write(queued(two_days()))
+    out = tmp_path / "named-plainly.jsonl"  # gzip all the same: told by its first bytes
+    archive(log, SETTINGS, MIDNIGHT, out, LONG_AFTER)
+    assert len(list(read_log(str(out)))) == 13  # the creation, 8 decisions, 4 conversions
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(out.read_bytes()[:-20])
+    with pytest.raises(ValueError, match="cut short"):
+        list(read_log(str(cut)))
+
+
+def test_archive_exit_status_tells_later_from_wrong(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, log: AuditLog, tmp_path: Path
+) -> None:
+    log.write(queued(two_days()))
+    monkeypatch.setenv("LATEBANDIT_DATABASE_URL", database_url)
+    runner = CliRunner()
+    out = str(tmp_path / "a.jsonl.gz")
+    still_open = runner.invoke(app, ["archive", "--until", "2099-01-01T00:00:00Z", "--out", out])
+    assert still_open.exit_code == ARCHIVE_LATER and "can still learn" in still_open.output
+    if log.engine.dialect.name == "postgresql":
+        noon = runner.invoke(app, ["archive", "--until", "2027-01-16T12:00:00Z", "--out", out])
+        assert noon.exit_code == 2 and "not a UTC midnight" in noon.output
+
+
+@pytest.mark.postgres
+def test_making_a_day_behind_a_long_reader_gives_up_instead_of_queueing_the_writer(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("latebandit.audit.partitions.ENSURE_LOCK_TIMEOUT", "200ms")
+    audit = AuditLog(driver_url(postgres_url))
+    try:
+        audit.create_schema()
+        far = T0 + 400 * DAY_US  # a day no partition holds yet
+        with audit.engine.connect() as reader:  # an export's snapshot, which holds DEFAULT's lock throughout
+            reader.exec_driver_sql("SELECT count(*) FROM audit_decisions").scalar_one()
+            with pytest.raises(OperationalError, match="lock timeout"):
+                ensure_days(audit.engine, far, ahead=0)
+            reader.rollback()
+        assert ensure_days(audit.engine, far, ahead=0)  # made once the reader is done
+    finally:
+        audit.dispose()

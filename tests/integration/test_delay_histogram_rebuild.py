@@ -54,7 +54,7 @@ async def test_rebuilds_restore_the_delay_histogram(tmp_path, redis_url: str, re
     settings = Settings()
     rebuilt = RedisStore(redis_url, redis_prefix + "r", clock=lambda: clock[0])
     try:
-        assert await rebuild_redis(audit, rebuilt, settings) == ["c"]
+        assert (await rebuild_redis(audit, rebuilt, settings)).campaigns == ["c"]
         campaign = await rebuilt.get_campaign("c")
         assert campaign is not None
         np.testing.assert_array_equal((await rebuilt.snapshot(campaign)).delay_counts(), expected)

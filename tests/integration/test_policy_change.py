@@ -170,7 +170,7 @@ async def test_a_policy_change_reaches_every_worker_and_survives_replay_and_rebu
     client.delete(*client.keys(f"{redis_prefix}:*"))
     rebuilt_store = RedisStore(redis_url, redis_prefix, clock=clock)
     try:
-        assert await rebuild_redis(deployment.audit, rebuilt_store, deployment.settings) == ["promo"]
+        assert (await rebuild_redis(deployment.audit, rebuilt_store, deployment.settings)).campaigns == ["promo"]
         restored = await rebuilt_store.get_campaign("promo")
         assert restored is not None and (restored.version, restored.policy.name) == (2, "fixed")
         assert await first.state("promo", clock.now) == live

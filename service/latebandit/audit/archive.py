@@ -17,12 +17,17 @@ the repeated campaign lines change nothing (``Replayer``). ``rebuild --archive``
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from latebandit.audit.export import record_to_line
 from latebandit.audit.log import AuditLog
@@ -33,7 +38,15 @@ from latebandit.timeutil import format_time, seconds_to_micros
 
 
 class ArchiveRefused(Exception):
-    """The range cannot be archived now; nothing was changed."""
+    """The range cannot be archived; nothing was changed. ``later``: the same command may succeed later (a
+    range still open, another archive running, rows that reached the range meanwhile)."""
+
+    def __init__(self, reason: str, later: bool = False) -> None:
+        super().__init__(reason)
+        self.later = later
+
+
+ARCHIVE_LOCK = 0x6C62_6172  # PostgreSQL advisory lock id: one archive of a log at a time
 
 
 @dataclass(frozen=True)
@@ -73,39 +86,77 @@ def archive(log: AuditLog, settings: Settings, until_us: int, out: Path, now_us:
         raise ArchiveRefused(str(error)) from error
     if out.exists():
         raise ArchiveRefused(f"{out} exists: an archive is never overwritten")
-    open_until = still_open(log, settings, until_us, now_us)
-    if open_until:
-        listed = ", ".join(f"{name} (until {format_time(closes)})" for name, closes in sorted(open_until.items()))
-        raise ArchiveRefused(f"campaigns can still learn from events before {format_time(until_us)}: {listed}")
-    partial = out.with_name(out.name + ".partial")
-    lines, counts = write_archive(log, until_us, partial)
-    os.replace(partial, out)
-    directory = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself on disk before any row goes
-    finally:
-        os.close(directory)
-    try:
-        removed = log.remove_before(until_us, counts)
-    except ValueError as error:
-        out.unlink()
-        raise ArchiveRefused(f"{error}; nothing was dropped, run it again") from error
+    with one_archive_at_a_time(log):
+        open_until = still_open(log, settings, until_us, now_us)
+        if open_until:
+            listed = ", ".join(f"{name} (until {format_time(closes)})" for name, closes in sorted(open_until.items()))
+            raise ArchiveRefused(
+                f"campaigns can still learn from events before {format_time(until_us)}: {listed}", later=True
+            )
+        lines, counts = write_archive(log, until_us, out)
+        try:
+            removed = log.remove_before(until_us, counts)
+        except (ValueError, SQLAlchemyError) as error:
+            out.unlink()
+            reason = getattr(error, "orig", None) or error
+            raise ArchiveRefused(f"{reason}; nothing was dropped, run it again", later=True) from error
     return Archived(out, lines, removed, out.stat().st_size)
 
 
-def write_archive(log: AuditLog, until_us: int, path: Path) -> tuple[int, dict[str, int]]:
-    """Every record logged before ``until_us`` as event-log lines, gzip-compressed and flushed to disk;
-    returns the lines written and, per partitioned table, the rows they came from."""
+@contextlib.contextmanager
+def one_archive_at_a_time(log: AuditLog) -> Iterator[None]:
+    """On PostgreSQL, a session advisory lock held from the range check to the drop, so that two archives
+    (a cron retry beside a manual run) never interleave; outside a transaction, which the server would end
+    after its idle-in-transaction timeout. SQLite: the count before the drop is the guard."""
+    if log.engine.dialect.name != "postgresql":
+        yield
+        return
+    with log.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        if not connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": ARCHIVE_LOCK}).scalar_one():
+            raise ArchiveRefused("another archive of this audit log is running", later=True)
+        try:
+            yield
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ARCHIVE_LOCK})
+
+
+def write_archive(log: AuditLog, until_us: int, out: Path) -> tuple[int, dict[str, int]]:
+    """Every record logged before ``until_us`` as event-log lines, gzip-compressed, into ``out``: written
+    beside it (created exclusively), flushed to disk, then linked to its name, which fails rather than
+    replace a file that appeared meanwhile. Returns the lines written and, per partitioned table, the rows
+    they came from."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        raw = partial.open("xb")
+    except FileExistsError as error:
+        raise ArchiveRefused(f"{partial} exists: another archive is writing it, or one was cut off") from error
+    try:
+        with raw:
+            lines, counts = _compress(log, until_us, raw, out.name)
+        try:
+            os.link(partial, out)
+        except FileExistsError as error:
+            raise ArchiveRefused(f"{out} appeared meanwhile: an archive is never overwritten") from error
+    finally:
+        partial.unlink()
+    directory = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the new name on disk before any row goes
+    finally:
+        os.close(directory)
+    return lines, counts
+
+
+def _compress(log: AuditLog, until_us: int, raw: BinaryIO, name: str) -> tuple[int, dict[str, int]]:
     lines = 0
     counts: dict[str, int] = {}
-    with open(path, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
-            for record in log.records(None, None, until_us):
-                packed.write(orjson.dumps(record_to_line(record)) + b"\n")
-                lines += 1
-                table = log.table_of(record)
-                if table is not None:
-                    counts[table] = counts.get(table, 0) + 1
-        raw.flush()
-        os.fsync(raw.fileno())
+    with gzip.GzipFile(filename=name, fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
+        for record in log.records(None, None, until_us):
+            packed.write(orjson.dumps(record_to_line(record)) + b"\n")
+            lines += 1
+            table = log.table_of(record)
+            if table is not None:
+                counts[table] = counts.get(table, 0) + 1
+    raw.flush()
+    os.fsync(raw.fileno())
     return lines, counts

@@ -40,6 +40,7 @@ STATEMENT_TIMEOUT_MS = 60_000
 # keeps its row locks until the server's TCP keepalive gives up, two hours by default; the writer's retry
 # of the same rows would wait on those locks all that time. The server ends such a transaction sooner.
 IDLE_IN_TRANSACTION_MS = 10_000
+REMOVAL_LOCK_TIMEOUT = "10s"  # how long an archive's drop waits for a lock before it gives up (and drops nothing)
 
 
 def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
@@ -199,11 +200,14 @@ class AuditLog:
     def remove_before(self, until_us: int, expected: dict[str, int]) -> dict[str, int]:
         """Drop the decision and feedback rows recorded before ``until_us``, provided the log holds exactly
         ``expected`` of them per table (what an archive holds); ValueError, and nothing dropped, otherwise.
-        The tables stay locked for the count and the drop, so no row slips in between."""
+        From the count to the drop no row can be written (readers go on until the drop itself), and a lock
+        that cannot be had within REMOVAL_LOCK_TIMEOUT fails the call rather than stall the writer."""
         with self.engine.begin() as connection:
+            if self.engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{REMOVAL_LOCK_TIMEOUT}'")
             for table, column in partitions.PARTITIONED.items():
                 if self.engine.dialect.name == "postgresql":
-                    connection.exec_driver_sql(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                    connection.exec_driver_sql(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
                 held = connection.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE {column} < {until_us}")
                 if held.scalar_one() != expected.get(table, 0):
                     raise ValueError(f"{table} holds other rows before that time than the archive")

@@ -34,6 +34,7 @@ PARTITIONED = {model.__tablename__: model.logged_at for model in (Decision, Feed
 """Each partitioned table and its partition key column."""
 
 ENSURE_LOCK = 0x6C62_7061  # advisory lock id: one process at a time creates partitions
+ENSURE_LOCK_TIMEOUT = "2s"  # how long creating a day waits for its locks before trying again later
 PARTITION_SUFFIX = re.compile(r"_(p\d{8}|default)$")
 BOUND = re.compile(r"FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)")
 
@@ -99,6 +100,9 @@ def ensure_days(engine: Engine, now_us: int, ahead: int = DAYS_AHEAD) -> list[st
         return []
     created = []
     with engine.begin() as connection:
+        # Attaching a day locks the DEFAULT partition exclusively: behind a long reader (an export holds
+        # it for hours) the request would queue every insert after it. Give up quickly and retry later.
+        connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{ENSURE_LOCK_TIMEOUT}'")
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ENSURE_LOCK})
         for table, column in PARTITIONED.items():
             existing = {partition.start_us for partition in partitions(connection, table)}

@@ -22,6 +22,7 @@ from latebandit.timeutil import MICROS, wall_clock
 
 logger = logging.getLogger("latebandit.audit")
 PARTITIONS_EVERY = 3_600 * MICROS  # microseconds between checks that the coming days have partitions
+PARTITIONS_RETRY = 60 * MICROS  # after a failed check: days ahead exist, so there is time, and no log flood
 
 
 class AuditWriter:
@@ -63,7 +64,7 @@ class AuditWriter:
         while not stop.is_set():
             if wall_clock() >= partitions_due:
                 ready = await self._create_partitions()
-                partitions_due = wall_clock() + (PARTITIONS_EVERY if ready else round(interval * MICROS))
+                partitions_due = wall_clock() + (PARTITIONS_EVERY if ready else PARTITIONS_RETRY)
             more, failure = await self._pass(claim=True, lease=max(1.0, 5 * interval))
             if more and failure is None:
                 continue
@@ -71,8 +72,8 @@ class AuditWriter:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
 
     async def _create_partitions(self) -> bool:
-        """The day partitions of yesterday to a few days ahead (audit/partitions.py); False if the database
-        could not be reached (the DEFAULT partition takes the rows meanwhile)."""
+        """The day partitions of yesterday to a few days ahead (audit/partitions.py); False if they could not
+        be made now (database away, a lock not had in time: the DEFAULT partition takes rows meanwhile)."""
         try:
             created = await asyncio.to_thread(partitions.ensure_days, self.log.engine, wall_clock())
         except Exception as error:

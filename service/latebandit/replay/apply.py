@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import zlib
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -283,15 +284,25 @@ class Replayer:
         return describe_state(campaign, snapshot, moment)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_log(path: str) -> Iterable[dict[str, Any]]:
-    """The lines of an event log; gzip-compressed if its name ends in .gz (``latebandit archive``)."""
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if raw.strip():
-                try:
-                    yield orjson.loads(raw)
-                except orjson.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+    """The lines of an event log, plain or gzip-compressed (``latebandit archive``), told by its first bytes,
+    not its name. ValueError names the line that is not JSON, or a compressed file cut short."""
+    with open(path, "rb") as first:
+        compressed = first.read(2) == GZIP_MAGIC
+    number = 0
+    try:
+        with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if raw.strip():
+                    try:
+                        yield orjson.loads(raw)
+                    except orjson.JSONDecodeError as error:
+                        raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ValueError(f"{path}: compressed data cut short or damaged after line {number} ({error})") from error
 
 
 def records_as_lines(records: Iterable[Record]) -> Iterable[dict[str, Any]]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from latebandit.audit.log import AuditLog
@@ -54,9 +56,15 @@ def of_campaign(line: dict[str, Any], campaign: str | None) -> bool:
     return campaign is None or line.get("campaign", line.get("id")) == campaign
 
 
+@dataclass(frozen=True)
+class Rebuilt:
+    campaigns: list[str]
+    skipped: Counter[str]  # the lines the replay could not apply, by reason (Replayer.skipped)
+
+
 async def rebuild_redis(
     audit: AuditLog, store: RedisStore, settings: Settings, campaign: str | None = None, archives: Sequence[str] = ()
-) -> list[str]:
+) -> Rebuilt:
     replayer = await replay_audit(audit, settings, campaign, archives=archives)
     for campaign_id, config in replayer.campaigns.items():
         memory = replayer.store.export_campaign(campaign_id)
@@ -70,4 +78,4 @@ async def rebuild_redis(
         await store.replace_state(
             memory.campaign, snapshot.counters, snapshot.histogram, expiring, snapshot.delays, memory.schedule
         )
-    return list(replayer.campaigns)
+    return Rebuilt(list(replayer.campaigns), replayer.skipped)
