@@ -141,9 +141,17 @@ def test_archive_refuses_what_is_not_a_day_boundary_or_an_existing_file(log: Aud
     with pytest.raises(ArchiveRefused, match="never overwritten"):
         archive(log, SETTINGS, MIDNIGHT, taken, LONG_AFTER)
     assert taken.read_bytes() == b"an earlier archive"
+    with pytest.raises(ArchiveRefused, match="not a directory"):
+        archive(log, SETTINGS, MIDNIGHT, tmp_path / "nowhere" / "a.jsonl.gz", LONG_AFTER)
     if log.engine.dialect.name == "postgresql":
         with pytest.raises(ArchiveRefused, match="not a UTC midnight"):
             archive(log, SETTINGS, MIDNIGHT - HOUR, tmp_path / "noon.jsonl.gz", LONG_AFTER)
+    else:  # no lock tells another archive from a cut-off one: the part is left to the operator
+        writing = tmp_path / "busy.jsonl.gz.partial"
+        writing.write_bytes(b"another archive's part")
+        with pytest.raises(ArchiveRefused, match="another archive is writing it"):
+            archive(log, SETTINGS, MIDNIGHT, tmp_path / "busy.jsonl.gz", LONG_AFTER)
+        assert writing.read_bytes() == b"another archive's part"
     assert lines_of(log) == whole
 
 
@@ -267,12 +275,11 @@ def test_one_archive_at_a_time_and_never_over_another_file(postgres_url: str, tm
                 archive(audit, SETTINGS, MIDNIGHT, tmp_path / "second.jsonl.gz", LONG_AFTER)
             assert refused.value.later
             other.exec_driver_sql(f"SELECT pg_advisory_unlock({ARCHIVE_LOCK})")
-        writing = tmp_path / "taken.jsonl.gz.partial"
-        writing.write_bytes(b"another archive's part")
-        with pytest.raises(ArchiveRefused, match="another archive is writing it"):
-            archive(audit, SETTINGS, MIDNIGHT, tmp_path / "taken.jsonl.gz", LONG_AFTER)
-        assert writing.read_bytes() == b"another archive's part"
         assert lines_of(audit) == whole
+        out = tmp_path / "after-a-cut.jsonl.gz"
+        out.with_name(out.name + ".partial").write_bytes(b"the part a killed archive left")
+        done = archive(audit, SETTINGS, MIDNIGHT, out, LONG_AFTER)  # alone: the part is stale, made anew
+        assert len(list(read_log(str(out)))) == done.lines == 13
     finally:
         audit.dispose()
 
@@ -342,3 +349,48 @@ def test_making_a_day_behind_a_long_reader_gives_up_instead_of_queueing_the_writ
         assert ensure_days(audit.engine, far, ahead=0)  # made once the reader is done
     finally:
         audit.dispose()
+
+
+class LogLosingTheCommitReply(AuditLog):
+    """The drop's reply lost in flight: after the commit (``dropped``), or before it."""
+
+    dropped = True
+
+    def remove_before(self, until_us: int, expected: dict[str, int]) -> None:
+        if self.dropped:
+            super().remove_before(until_us, expected)
+        raise OperationalError("COMMIT", {}, ConnectionError("server closed the connection unexpectedly"))
+
+
+@pytest.mark.parametrize("dropped", [True, False])
+def test_a_drop_whose_outcome_is_unknown_keeps_the_archive_if_the_rows_went(
+    database_url: str, tmp_path: Path, dropped: bool
+) -> None:
+    audit = LogLosingTheCommitReply(driver_url(database_url))
+    audit.dropped = dropped
+    try:
+        audit.create_schema()
+        if audit.engine.dialect.name == "postgresql":
+            ensure_days(audit.engine, T0, ahead=2)
+        audit.write(queued(two_days()))
+        whole = lines_of(audit)
+        out = tmp_path / "in-flight.jsonl.gz"
+        with pytest.raises(ArchiveRefused, match="is kept" if dropped else "nothing was dropped"):
+            archive(audit, SETTINGS, MIDNIGHT, out, LONG_AFTER)
+        if dropped:  # the archive is the only copy of what the log lost
+            assert list(read_log(str(out))) == [line for line in whole if moment(line) < MIDNIGHT]
+            assert lines_of(audit) == [line for line in whole if line["type"] == "campaign" or moment(line) >= MIDNIGHT]
+        else:
+            assert not out.exists() and lines_of(audit) == whole
+    finally:
+        audit.dispose()
+
+
+def test_an_archive_given_twice_counts_once_and_says_so(log: AuditLog, tmp_path: Path) -> None:
+    log.write(queued(two_days()))
+    _, state_of_whole = replayed(lines_of(log))
+    out = tmp_path / "once.jsonl.gz"
+    archive(log, SETTINGS, MIDNIGHT, out, LONG_AFTER)
+    replayer = asyncio.run(replay_audit(log, SETTINGS, archives=[str(out), str(out)]))
+    assert asyncio.run(replayer.state(CAMPAIGN.id, LONG_AFTER)) == state_of_whole
+    assert replayer.skipped["repeated_decision"] == 8

@@ -31,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from latebandit.audit.export import record_to_line
 from latebandit.audit.log import AuditLog
-from latebandit.audit.partitions import check_boundary
+from latebandit.audit.partitions import PARTITIONED, check_boundary
 from latebandit.campaign import Campaign
 from latebandit.config import Settings
 from latebandit.timeutil import format_time, seconds_to_micros
@@ -53,7 +53,7 @@ ARCHIVE_LOCK = 0x6C62_6172  # PostgreSQL advisory lock id: one archive of a log 
 class Archived:
     path: Path
     lines: int
-    removed: dict[str, int]  # rows dropped per table
+    removed: dict[str, int]  # rows dropped per partitioned table
     size: int  # bytes of the compressed file
 
 
@@ -86,36 +86,58 @@ def archive(log: AuditLog, settings: Settings, until_us: int, out: Path, now_us:
         raise ArchiveRefused(str(error)) from error
     if out.exists():
         raise ArchiveRefused(f"{out} exists: an archive is never overwritten")
-    with one_archive_at_a_time(log):
+    if not out.parent.is_dir():
+        raise ArchiveRefused(f"{out.parent} is not a directory")
+    with one_archive_at_a_time(log) as alone:
         open_until = still_open(log, settings, until_us, now_us)
         if open_until:
             listed = ", ".join(f"{name} (until {format_time(closes)})" for name, closes in sorted(open_until.items()))
             raise ArchiveRefused(
                 f"campaigns can still learn from events before {format_time(until_us)}: {listed}", later=True
             )
-        lines, counts = write_archive(log, until_us, out)
+        partial = out.with_name(out.name + ".partial")
+        if alone:  # no other archive of this log runs: a part left is a cut-off run's
+            partial.unlink(missing_ok=True)
+        lines, written = write_archive(log, until_us, out)
+        counts = {table: written.get(table, 0) for table in PARTITIONED}
+        drop(log, until_us, counts, out)
+    return Archived(out, lines, counts, out.stat().st_size)
+
+
+def drop(log: AuditLog, until_us: int, counts: dict[str, int], out: Path) -> None:
+    """Drop the archived rows. If nothing was dropped, the archive goes too (a rerun makes it anew); if the
+    drop's outcome is unknown (its commit failed in flight), the archive stays, the only copy there may be."""
+    try:
+        log.remove_before(until_us, counts)
+    except ValueError as error:
+        out.unlink()
+        raise ArchiveRefused(f"{error}; nothing was dropped, run it again", later=True) from error
+    except SQLAlchemyError as error:
+        reason = getattr(error, "orig", None) or error
         try:
-            removed = log.remove_before(until_us, counts)
-        except (ValueError, SQLAlchemyError) as error:
-            out.unlink()
-            reason = getattr(error, "orig", None) or error
-            raise ArchiveRefused(f"{reason}; nothing was dropped, run it again", later=True) from error
-    return Archived(out, lines, removed, out.stat().st_size)
+            untouched = log.rows_before(until_us) == counts
+        except SQLAlchemyError:
+            untouched = False
+        if not untouched:
+            raise ArchiveRefused(f"{reason}; the rows may have been dropped: {out} is kept, check the log") from error
+        out.unlink()
+        raise ArchiveRefused(f"{reason}; nothing was dropped, run it again", later=True) from error
 
 
 @contextlib.contextmanager
-def one_archive_at_a_time(log: AuditLog) -> Iterator[None]:
+def one_archive_at_a_time(log: AuditLog) -> Iterator[bool]:
     """On PostgreSQL, a session advisory lock held from the range check to the drop, so that two archives
     (a cron retry beside a manual run) never interleave; outside a transaction, which the server would end
-    after its idle-in-transaction timeout. SQLite: the count before the drop is the guard."""
+    after its idle-in-transaction timeout. Yields whether the lock is held. SQLite: no lock; the count
+    before the drop is the guard."""
     if log.engine.dialect.name != "postgresql":
-        yield
+        yield False
         return
     with log.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         if not connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": ARCHIVE_LOCK}).scalar_one():
             raise ArchiveRefused("another archive of this audit log is running", later=True)
         try:
-            yield
+            yield True
         finally:
             connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ARCHIVE_LOCK})
 

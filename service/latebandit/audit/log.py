@@ -41,6 +41,9 @@ STATEMENT_TIMEOUT_MS = 60_000
 # of the same rows would wait on those locks all that time. The server ends such a transaction sooner.
 IDLE_IN_TRANSACTION_MS = 10_000
 REMOVAL_LOCK_TIMEOUT = "10s"  # how long an archive's drop waits for a lock before it gives up (and drops nothing)
+# The drop counts the range's rows first (about 60 ns a row): more than the usual statement timeout for a
+# few days of traffic, and writes wait meanwhile, so archives go a day at a time (docs/operators.md).
+REMOVAL_STATEMENT_TIMEOUT = "600s"
 
 
 def audit_engine(sqlalchemy_url: str, **options: Any) -> Engine:
@@ -117,6 +120,13 @@ def _copy_rows(connection: Connection, model: AuditModel, values: list[dict[str,
     return moved.rowcount
 
 
+def _count_before(connection: Connection, until_us: int) -> dict[str, int]:
+    return {
+        table: connection.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE {column} < {until_us}").scalar_one()
+        for table, column in partitions.PARTITIONED.items()
+    }
+
+
 @dataclass(frozen=True)
 class SchemaStatus:
     current: str | None  # None: no schema yet
@@ -165,7 +175,9 @@ class AuditLog:
                 rows[model].append(key | model.row(record))
         inserted = 0
         with self.engine.begin() as connection:
-            for model, values in rows.items():
+            # Tables in one order, MODELS', the one archive's drop and partition creation lock them in: an
+            # order set by the batch's first record would deadlock against them.
+            for model, values in ((model, rows[model]) for model in MODELS if model in rows):
                 if self.engine.dialect.name == "postgresql" and model in COPIED:
                     inserted += _copy_rows(connection, model, values)
                     continue
@@ -197,21 +209,30 @@ class AuditLog:
         table = TABLE_OF_TYPE[record["type"]].__tablename__
         return table if table in partitions.PARTITIONED else None
 
-    def remove_before(self, until_us: int, expected: dict[str, int]) -> dict[str, int]:
+    def rows_before(self, until_us: int) -> dict[str, int]:
+        """The decision and feedback rows recorded before ``until_us``, per table."""
+        with self.engine.connect() as connection:
+            return _count_before(connection, until_us)
+
+    def remove_before(self, until_us: int, expected: dict[str, int]) -> None:
         """Drop the decision and feedback rows recorded before ``until_us``, provided the log holds exactly
         ``expected`` of them per table (what an archive holds); ValueError, and nothing dropped, otherwise.
-        From the count to the drop no row can be written (readers go on until the drop itself), and a lock
-        that cannot be had within REMOVAL_LOCK_TIMEOUT fails the call rather than stall the writer."""
+        PostgreSQL: from the count to the drop no row can be written (readers go on until the drop itself),
+        and a lock not had within REMOVAL_LOCK_TIMEOUT fails the call rather than stall the writer. SQLite:
+        a row written after the count makes the delete fail (the database is locked), dropping nothing."""
         with self.engine.begin() as connection:
             if self.engine.dialect.name == "postgresql":
                 connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{REMOVAL_LOCK_TIMEOUT}'")
-            for table, column in partitions.PARTITIONED.items():
-                if self.engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SET LOCAL statement_timeout = '{REMOVAL_STATEMENT_TIMEOUT}'")
+                for table in partitions.PARTITIONED:
                     connection.exec_driver_sql(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
-                held = connection.exec_driver_sql(f"SELECT count(*) FROM {table} WHERE {column} < {until_us}")
-                if held.scalar_one() != expected.get(table, 0):
-                    raise ValueError(f"{table} holds other rows before that time than the archive")
-            return partitions.drop_before(connection, until_us)
+            held = _count_before(connection, until_us)
+            for table, count in held.items():
+                if count != expected.get(table, 0):
+                    raise ValueError(
+                        f"{table} holds {count} rows before that time, the archive {expected.get(table, 0)}"
+                    )
+            partitions.drop_before(connection, until_us)
 
     def has_campaign(self, campaign: str) -> bool:
         with self.engine.connect() as connection:

@@ -84,6 +84,8 @@ def create_day(connection: Connection, table: str, column: str, start_us: int) -
     """Create the day starting at ``start_us``, moving into it the rows the DEFAULT partition holds for it
     (PostgreSQL refuses to attach a range the DEFAULT partition has rows of)."""
     name, end_us = day_name(table, start_us), start_us + DAY_US
+    # Held to the attach: a row committed into DEFAULT after the move would make the attach fail.
+    connection.exec_driver_sql(f"LOCK TABLE {table}_default IN ACCESS EXCLUSIVE MODE")
     connection.exec_driver_sql(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
     connection.exec_driver_sql(
         f"WITH moved AS (DELETE FROM {table}_default WHERE {column} >= {start_us} AND {column} < {end_us} "
@@ -121,21 +123,17 @@ def check_boundary(engine: Engine, until_us: int) -> None:
         raise ValueError(f"{moment:%Y-%m-%dT%H:%M:%SZ} is not a UTC midnight: the log is partitioned by day")
 
 
-def drop_before(connection: Connection, until_us: int) -> dict[str, int]:
+def drop_before(connection: Connection, until_us: int) -> None:
     """Remove every decision and feedback row recorded before ``until_us`` (a UTC midnight on PostgreSQL):
     drop the day partitions that end by then and delete the DEFAULT partition's older rows; on SQLite,
-    delete. Returns the rows removed per table. The caller holds the tables locked."""
-    removed = {}
+    delete. The caller holds the tables locked."""
     for table, column in PARTITIONED.items():
         if connection.dialect.name != "postgresql":
-            removed[table] = connection.exec_driver_sql(f"DELETE FROM {table} WHERE {column} < {until_us}").rowcount
+            connection.exec_driver_sql(f"DELETE FROM {table} WHERE {column} < {until_us}")
             continue
-        removed[table] = 0
+        quote = connection.dialect.identifier_preparer.quote  # names read from the catalogue
         for partition in partitions(connection, table):
             if partition.start_us is None:
-                where = f"{column} < {until_us}"
-                removed[table] += connection.exec_driver_sql(f"DELETE FROM {partition.name} WHERE {where}").rowcount
+                connection.exec_driver_sql(f"DELETE FROM {quote(partition.name)} WHERE {column} < {until_us}")
             elif partition.end_us is not None and partition.end_us <= until_us:
-                removed[table] += connection.exec_driver_sql(f"SELECT count(*) FROM {partition.name}").scalar_one()
-                connection.exec_driver_sql(f"DROP TABLE {partition.name}")
-    return removed
+                connection.exec_driver_sql(f"DROP TABLE {quote(partition.name)}")

@@ -2,10 +2,11 @@
 own feedback ingest (engine/ingest.py), store semantics and state description (engine/describe.py), so
 ``replay --dump-state`` equals ``GET /state``.
 
-Time is virtual: it is the latest event time seen, and ``as_of`` cuts the log (decisions made and
-conversions occurred after it are left out). Conversions whose decision line is missing from the log
-cannot be attributed to a pull and are skipped and counted in ``skipped`` (a planning campaign, which learns
-from sums, takes them all the same), as is every event the service's ingest rejects.
+Time is virtual and each campaign has its own: the latest time of its events seen (``Replayer._advance``),
+and ``as_of`` cuts the log (decisions made and conversions occurred after it are left out). Conversions
+whose decision line is missing from the log cannot be attributed to a pull and are skipped and counted in
+``skipped`` (a planning campaign, which learns from sums, takes them all the same), as is every event the
+service's ingest rejects.
 
 The log is streamed, and so is what the replay holds of it: a decision is forgotten once its campaign's
 log has moved past its window plus the dedup retention, because a conversion arriving after that changes
@@ -109,8 +110,8 @@ class Replayer:
         self.ingest = Ingest(self.store, settings.max_skew, settings.dedup_retention)
         self.campaigns: dict[str, Campaign] = {}
         self.decisions: dict[str, LoggedDecision] = {}
-        # Per campaign, its decisions in log order with the moment they may be forgotten, and the latest
-        # event time of its log (campaigns follow one another in an audit log, so each has its own clock).
+        # Per campaign, its decisions in log order with the moment they may be forgotten, and its latest
+        # decision time (the service folds matured cells when a decision reads them, not on feedback).
         self._forgettable: defaultdict[str, deque[tuple[int, str]]] = defaultdict(deque)
         self._latest: Counter[str] = Counter()
         self._bucket: dict[str, int] = {}  # per campaign, the histogram bucket of its latest event
@@ -145,11 +146,12 @@ class Replayer:
             self.skipped[f"{kind}_event"] += 1
 
     async def _campaign(self, line: dict[str, Any]) -> None:
-        identity = orjson.dumps(line, option=orjson.OPT_SORT_KEYS)
-        if identity in self._campaign_lines:  # an archive followed by the log repeats the kept campaign lines
-            self.skipped["repeated_campaign_line"] += 1
-            return
-        self._campaign_lines.add(identity)
+        if "at" in line or "created_at" in line:  # an export's line: the same line again is the same event
+            identity = orjson.dumps(line, option=orjson.OPT_SORT_KEYS)
+            if identity in self._campaign_lines:  # an archive followed by the log repeats the kept lines
+                self.skipped["repeated_campaign_line"] += 1
+                return
+            self._campaign_lines.add(identity)
         if "arms" in line:
             campaign = campaign_from_line(line)
             if not self._advance(campaign.id, campaign.created_at):
@@ -186,6 +188,9 @@ class Replayer:
         campaign = self.campaigns.get(line["campaign"])
         if campaign is None or line["arm"] not in campaign.arm_index:
             self.skipped["decision_without_campaign"] += 1
+            return
+        if line["decision_id"] in self.decisions:  # a log has each decision once: an archive given twice
+            self.skipped["repeated_decision"] += 1
             return
         at = parse_time(line["at"])
         if not self._advance(campaign.id, at):
