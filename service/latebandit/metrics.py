@@ -144,13 +144,16 @@ STORE_LATENCY = Histogram(
     ["operation"],
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 2.0),
 )
+# The lowest of the live workers' (livemin): one worker cut off from Redis or PostgreSQL reads 0, where the
+# most recent write would flip between its 0 and the others' 1 and keep an alert's `for:` from holding.
+# Each worker pings at once when it starts, so a worker's initial 0 lasts no longer than its first ping.
 STORE_UP = Gauge(
-    "latebandit_store_up", "1 if the last ping of the state store succeeded (every second)",
-    multiprocess_mode="mostrecent",
+    "latebandit_store_up", "1 if the last ping of the state store succeeded, in every worker (every second)",
+    multiprocess_mode="livemin",
 )  # fmt: skip
 AUDIT_UP = Gauge(
-    "latebandit_audit_up", "1 if the last ping of the audit database succeeded (every second)",
-    multiprocess_mode="mostrecent",
+    "latebandit_audit_up", "1 if the last ping of the audit database succeeded, in every worker (every second)",
+    multiprocess_mode="livemin",
 )  # fmt: skip
 AUDIT_WRITE_LATENCY = Histogram(
     "latebandit_audit_write_seconds",
