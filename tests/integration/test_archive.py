@@ -394,3 +394,20 @@ def test_an_archive_given_twice_counts_once_and_says_so(log: AuditLog, tmp_path:
     replayer = asyncio.run(replay_audit(log, SETTINGS, archives=[str(out), str(out)]))
     assert asyncio.run(replayer.state(CAMPAIGN.id, LONG_AFTER)) == state_of_whole
     assert replayer.skipped["repeated_decision"] == 8
+
+
+@pytest.mark.postgres
+def test_the_writer_does_not_make_again_a_day_an_archive_dropped(postgres_url: str, tmp_path: Path) -> None:
+    audit = AuditLog(driver_url(postgres_url))
+    try:
+        audit.create_schema()
+        ensure_days(audit.engine, T0, ahead=2)
+        audit.write(queued(two_days()))
+        archive(audit, SETTINGS, MIDNIGHT, tmp_path / "first-day.jsonl.gz", LONG_AFTER)
+        made = ensure_days(audit.engine, MIDNIGHT, ahead=2)  # T0's day is the day before: archived
+        assert made == [day_name(table, MIDNIGHT + 2 * DAY_US) for table in ("audit_decisions", "audit_feedback")]
+        with audit.engine.connect() as connection:
+            days = {partition.name for partition in partitions(connection, "audit_decisions")}
+        assert day_name("audit_decisions", day_start(T0)) not in days
+    finally:
+        audit.dispose()

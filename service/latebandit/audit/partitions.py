@@ -96,8 +96,8 @@ def create_day(connection: Connection, table: str, column: str, start_us: int) -
 
 
 def ensure_days(engine: Engine, now_us: int, ahead: int = DAYS_AHEAD) -> list[str]:
-    """Create the partitions of yesterday, today and ``ahead`` days after, where missing; returns the
-    names created. Nothing on SQLite."""
+    """Create the partitions of yesterday (unless archived), today and ``ahead`` days after, where
+    missing; returns the names created. Nothing on SQLite."""
     if engine.dialect.name != "postgresql":
         return []
     created = []
@@ -106,10 +106,12 @@ def ensure_days(engine: Engine, now_us: int, ahead: int = DAYS_AHEAD) -> list[st
         # it for hours) the request would queue every insert after it. Give up quickly and retry later.
         connection.exec_driver_sql(f"SET LOCAL lock_timeout = '{ENSURE_LOCK_TIMEOUT}'")
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ENSURE_LOCK})
+        today = day_start(now_us)
         for table, column in PARTITIONED.items():
-            existing = {partition.start_us for partition in partitions(connection, table)}
-            for offset in range(-1, ahead + 1):
-                start = day_start(now_us) + offset * DAY_US
+            existing = {day.start_us for day in partitions(connection, table) if day.start_us is not None}
+            # Yesterday, unless the days kept start later: an archive dropped it, and its rows are archived.
+            first = min(max(today - DAY_US, min(existing, default=today - DAY_US)), today)
+            for start in range(first, today + (ahead + 1) * DAY_US, DAY_US):
                 if start not in existing:
                     create_day(connection, table, column, start)
                     created.append(day_name(table, start))
