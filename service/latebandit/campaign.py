@@ -166,6 +166,14 @@ class Campaign(CampaignSpec):
     def window_us(self) -> int:
         return round(self.window * MICROS)
 
+    def settles_us(self, retention_us: int, skew_us: int) -> int:
+        """How long after an event was recorded nothing that arrives can change what it did: the window (a
+        conversion of the decision), for a planning campaign its allowed lateness (an aggregate over the
+        slot; it reads conversions as aggregates), plus the dedup retention and the clock skew between the
+        workers that stamped the log: ``latebandit archive`` takes a range that long after its end. (A replay
+        forgets a decision line sooner, after the window: only an attributed conversion needs it.)"""
+        return (self.lateness_us if self.plans else self.window_us) + retention_us + skew_us
+
     @cached_property
     def bucket_width_us(self) -> int:
         return -(-self.window_us // self.buckets)

@@ -241,9 +241,8 @@ def replay(
     """Re-apply a log's decisions and feedback to the campaign's own policy and show the resulting state;
     with --policy, also estimate each given policy's value on the log's traffic, delays re-enacted."""
     from latebandit.replay.apply import Replayer, read_log
-    from latebandit.timeutil import parse_time
 
-    as_of = parse_time(at) if at else None
+    as_of = _moment(at, "--at") if at else None
     replayer = Replayer(as_of, Settings())
     asyncio.run(replayer.apply_all(read_log(str(log))))
     if not replayer.campaigns:

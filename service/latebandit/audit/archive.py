@@ -3,12 +3,11 @@ before a UTC midnight to a compressed event log, then drops it from the log (who
 PostgreSQL, audit/partitions.py).
 
 It refuses, changing nothing,
-- a range some campaign can still learn from: a decision recorded before ``until`` may get conversions
-  for its window (and, planning, its allowed lateness) plus the dedup retention and the clock skew, so
-  the range closes that long after ``until`` (the same horizon after which a replay forgets a decision);
-- an export that did not complete: the file is written beside its name, flushed to disk and renamed only
-  when whole, and the rows are dropped only if the log still holds exactly the rows the file holds (a
-  spooled fallback decision handed over meanwhile makes it refuse; run it again).
+- a range some campaign can still learn from: it closes ``Campaign.settles_us`` after ``until``;
+- while another archive of the log runs (PostgreSQL);
+- an export that did not complete: the file is written beside its name, flushed to disk and linked to
+  its name only when whole, and the rows are dropped only if the log still holds exactly the rows the
+  file holds (a spooled fallback decision handed over meanwhile makes it refuse; run it again).
 
 Campaign events are exported too but stay in the log, so the log that is left still replays on its own
 (from the state its remaining events describe), and an archive followed by the log replays everything:
@@ -57,23 +56,17 @@ class Archived:
     size: int  # bytes of the compressed file
 
 
-def settles_after(campaign: Campaign, settings: Settings) -> int:
-    """Microseconds after an event of ``campaign`` was recorded from which nothing that arrives can change
-    what it did: its window or allowed lateness, plus dedup retention and clock skew."""
-    learning = max(campaign.window, campaign.allowed_lateness)
-    return seconds_to_micros(learning + settings.dedup_retention + settings.max_skew)
-
-
 def still_open(log: AuditLog, settings: Settings, until_us: int, now_us: int) -> dict[str, int]:
     """The campaigns created before ``until_us`` whose range before it is still open at ``now_us``, each with
     the moment it closes."""
+    retention_us, skew_us = seconds_to_micros(settings.dedup_retention), seconds_to_micros(settings.max_skew)
     open_until = {}
     for name in log.campaigns():
         config = log.created(name)
         if config is None:
             continue
         campaign = Campaign.model_validate(config)
-        closes = until_us + settles_after(campaign, settings)
+        closes = until_us + campaign.settles_us(retention_us, skew_us)
         if campaign.created_at < until_us and closes > now_us:
             open_until[name] = closes
     return open_until
@@ -95,9 +88,8 @@ def archive(log: AuditLog, settings: Settings, until_us: int, out: Path, now_us:
             raise ArchiveRefused(
                 f"campaigns can still learn from events before {format_time(until_us)}: {listed}", later=True
             )
-        partial = out.with_name(out.name + ".partial")
         if alone:  # no other archive of this log runs: a part left is a cut-off run's
-            partial.unlink(missing_ok=True)
+            part_of(out).unlink(missing_ok=True)
         lines, written = write_archive(log, until_us, out)
         counts = {table: written.get(table, 0) for table in PARTITIONED}
         drop(log, until_us, counts, out)
@@ -142,12 +134,17 @@ def one_archive_at_a_time(log: AuditLog) -> Iterator[bool]:
             connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ARCHIVE_LOCK})
 
 
+def part_of(out: Path) -> Path:
+    """Where an archive is written until it is whole."""
+    return out.with_name(out.name + ".partial")
+
+
 def write_archive(log: AuditLog, until_us: int, out: Path) -> tuple[int, dict[str, int]]:
     """Every record logged before ``until_us`` as event-log lines, gzip-compressed, into ``out``: written
     beside it (created exclusively), flushed to disk, then linked to its name, which fails rather than
     replace a file that appeared meanwhile. Returns the lines written and, per partitioned table, the rows
     they came from."""
-    partial = out.with_name(out.name + ".partial")
+    partial = part_of(out)
     try:
         raw = partial.open("xb")
     except FileExistsError as error:

@@ -129,15 +129,14 @@ class Ingest:
         try:
             outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
         except CampaignRefused as refused:
-            if refused.reason is DecisionStatus.UNKNOWN:  # known to the caller, so the store lost it: retry
-                raise lost_campaign(campaign.id) from refused
+            _raise_if_lost(campaign, refused)
             applied = len(refused.applied)
             ledger.tally(campaign, items[:applied], refused.applied)
             if refused.reason is DecisionStatus.MOVED:
                 left = {index for index, _ in items[applied:]}
                 return [(index, event) for index, event in events if index in left]
             for index, _ in items[applied:]:
-                ledger.reject(index, Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused"))
+                ledger.reject(index, _paused(campaign))
             return APPLIED
         ledger.tally(campaign, items, outcomes)
         return APPLIED
@@ -177,17 +176,25 @@ class Ingest:
         try:
             outcomes = await self.store.apply_anonymous(campaign, [event for _, event in events], now)
         except CampaignRefused as refused:
-            if refused.reason is DecisionStatus.UNKNOWN:
-                raise lost_campaign(campaign.id) from refused
+            _raise_if_lost(campaign, refused)
             if refused.reason is DecisionStatus.MOVED:
                 return items
-            paused = Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
-            rejections += [(index, paused) for index, _ in events]
+            rejections += [(index, _paused(campaign)) for index, _ in events]
             events, outcomes = [], []
         for index, refusal in rejections:
             ledger.reject(index, refusal)
         ledger.tally_anonymous(campaign, events, outcomes)
         return APPLIED
+
+
+def _raise_if_lost(campaign: Campaign, refused: CampaignRefused) -> None:
+    """A campaign its caller knows that the store calls unknown was lost by the store: the caller retries."""
+    if refused.reason is DecisionStatus.UNKNOWN:
+        raise lost_campaign(campaign.id) from refused
+
+
+def _paused(campaign: Campaign) -> Rejection:
+    return Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
 
 
 class BatchIngest:
