@@ -91,7 +91,7 @@ def freeze_after_first_chunk(seen: redis.Redis, dedup_key: str) -> None:
     second, shorter than a loaded machine may take to schedule this process, so polling alone could see it
     finish before the kill. CLIENT PAUSE WRITE holds the worker's next chunk (a script) for a few ms."""
     deadline = time.monotonic() + 60
-    while not seen.hlen(dedup_key):
+    while not seen.zcard(dedup_key):
         assert time.monotonic() < deadline, "the batch was not applied within 60 s"
     seen.client_pause(10_000, all=False)
 

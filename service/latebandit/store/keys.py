@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+RETIRED = ("dedup",)  # the hash of seen feedback that versions before the sorted set alone also kept
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -23,8 +25,9 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.dedup_expiry)
-        return [name(campaign) for name in (*names, *self.schedule_names())]
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup)
+        retired = [self._tagged(campaign, name) for name in RETIRED]
+        return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
     def config(self, campaign: str) -> str:
         return self._tagged(campaign, "config")
@@ -53,11 +56,9 @@ class Keys:
         return self._tagged(campaign, f"req:{request_id}")
 
     def dedup(self, campaign: str) -> str:
-        """Hash of what feedback has been seen: ``ev:<event id>`` and ``cv:<decision id>`` (converted)."""
-        return self._tagged(campaign, "dedup")
-
-    def dedup_expiry(self, campaign: str) -> str:
-        """Sorted set of the dedup fields by expiry time (seconds), so old entries can be dropped in bulk."""
+        """Sorted set of what feedback has been seen, ``ev:<event id>`` and ``cv:<decision id>`` (converted),
+        scored by expiry time (seconds), so old entries can be dropped in bulk. Named as when it sat beside
+        a hash of the same members, so that a deployment's entries carry over."""
         return self._tagged(campaign, "dedup:expiry")
 
     def schedule_names(self) -> tuple[Callable[[str], str], ...]:

@@ -370,7 +370,7 @@ class RedisStore:
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [self.keys.dedup(cid), self.keys.dedup_expiry(cid), self.keys.delays(cid)]
+        keys += [self.keys.dedup(cid), self.keys.delays(cid)]
         params = [
             [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
              repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
@@ -439,7 +439,7 @@ class RedisStore:
         self, campaign: Campaign, events: list[AnonymousEvent], now: int
     ) -> list[Outcome | Uncredited]:
         cid = campaign.id
-        keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid), self.keys.dedup_expiry(cid)]
+        keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid)]
         params = [
             [event.kind, event.start, event.end, event.value, event.event_id or "", event.decision_id or "",
              now // MICROS + event.dedup_ttl]
@@ -547,8 +547,7 @@ class RedisStore:
                 if suffix.startswith("req:"):
                     pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
                 else:
-                    pipe.hset(self.keys.dedup(cid), suffix, value)
-                    pipe.zadd(self.keys.dedup_expiry(cid), {suffix: now + seconds})
+                    pipe.zadd(self.keys.dedup(cid), {suffix: now + seconds})
             await pipe.execute()
             await self.client.sadd(self.keys.registry(), cid)  # another slot: outside the transaction
         self._cache.pop(cid, None)
@@ -633,7 +632,13 @@ def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
 
 
 def _records(fields: dict[bytes, bytes]) -> list[Record]:
-    """Decode a stream entry: ``seq``/``r`` for a single record, or ``position:outcome`` fields."""
+    """Decode a stream entry: ``seq``/``r`` for a single record; ``o``/``b`` for a feedback batch (its
+    records one per line, each audited under its outcome in ``o``, none if empty: feedback_lib.lua); or the
+    ``position:outcome`` fields that workers of earlier versions write, read during a rolling upgrade."""
+    if b"b" in fields:
+        lines, outcomes = fields[b"b"].split(b"\n"), fields[b"o"].split(b",")
+        return [{**orjson.loads(line), "outcome": outcome.decode()}
+                for line, outcome in zip(lines, outcomes, strict=True) if outcome]  # fmt: skip
     records: list[Record] = []
     seq = None
     for name, value in fields.items():

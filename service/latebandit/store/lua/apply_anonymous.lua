@@ -1,26 +1,17 @@
--- requires: campaign_lib, schedule_lib, dedup_lib
+-- requires: campaign_lib, schedule_lib, feedback_lib
 -- Deduplicate and credit a batch of one planning campaign's aggregates and watermarks, then close the
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
--- KEYS: counters, sched, segments, starts, closed, audit, dedup (hash), dedup expiry (zset).
+-- KEYS: counters, sched, segments, starts, closed, audit, dedup (sorted set by expiry).
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
 -- '', expires s]), audit records (one JSON document per event, joined by newlines), policy version.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
-local counters, sched, segments, starts, closed, audit, seen, expiry =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local counters, sched, segments, starts, closed, audit, seen =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now, lateness = tonumber(ARGV[1]), tonumber(ARGV[2])
 local refusal = campaign_refusal(counters, ARGV[5])
 if refusal then return {refusal} end
 local num = field_reader(sched)
 local now_s = math.floor(now / 1000000)
-
-local function known(field)
-  local until_ = tonumber(redis.call('ZSCORE', expiry, field))
-  return until_ ~= nil and until_ > now_s and redis.call('HEXISTS', seen, field) == 1
-end
-local function remember(field, expires)
-  redis.call('HSET', seen, field, 1)
-  redis.call('ZADD', expiry, expires, field)
-end
 
 -- The open records that can overlap [start, finish): records are contiguous in time (each ends where the
 -- next begins, only the last is open-ended), so they are those that begin at the latest beginning at or
@@ -64,34 +55,27 @@ local function credit(start, finish, value)
 end
 
 local events = cjson.decode(ARGV[3])
-sweep(seen, expiry, now_s, 2 * #events + 16)  -- as apply_conversions does: a planning campaign's entries expire too
-local outcomes = {}
-local entry = {audit, '*'}
-local position = 1
+sweep(seen, now_s, 2 * #events + 16)  -- as apply_conversions does: a planning campaign's entries expire too
+local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
   local kind, start, finish, value, event_id, decision, expires = unpack(event)
-  local record_end = string.find(ARGV[4], '\n', position, true) or (#ARGV[4] + 1)
-  local record = string.sub(ARGV[4], position, record_end - 1)
-  position = record_end + 1
   local outcome
   if kind == 'watermark' then
     redis.call('HSET', sched, 'wm', int(math.max(num('wm') or 0, start)))
     outcome = 'counted'
-  elseif (event_id ~= '' and known('ev:' .. event_id)) or (decision ~= '' and known('cv:' .. decision)) then
+  elseif (event_id ~= '' and known(seen, 'ev:' .. event_id, now_s))
+      or (decision ~= '' and known(seen, 'cv:' .. decision, now_s)) then
     outcome = 'duplicate'
   else
     outcome = credit(start, finish, value)
     if outcome ~= 'before_decision' then
-      if event_id ~= '' then remember('ev:' .. event_id, expires) end
-      if decision ~= '' then remember('cv:' .. decision, expires) end
+      if event_id ~= '' then redis.call('ZADD', seen, expires, 'ev:' .. event_id) end
+      if decision ~= '' then redis.call('ZADD', seen, expires, 'cv:' .. decision) end
     end
   end
   outcomes[i] = outcome
-  if outcome == 'counted' or outcome == 'phase_closed' then
-    entry[#entry + 1] = i .. ':' .. outcome
-    entry[#entry + 1] = record
-  end
+  audited[i] = (outcome == 'counted' or outcome == 'phase_closed') and outcome or ''
 end
 close_ready(sched, segments, starts, closed, now, lateness)
-if #entry > 2 then redis.call('XADD', unpack(entry)) end
+audit_batch(audit, ARGV[4], audited)
 return outcomes

@@ -1,45 +1,31 @@
--- requires: campaign_lib, dedup_lib
+-- requires: campaign_lib, feedback_lib
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
--- KEYS: counters, cells, audit, dedup (hash: seen event ids and converted decisions), dedup expiry (zset),
+-- KEYS: counters, cells, audit, dedup (sorted set: seen event ids and converted decisions by expiry),
 -- delays (hash arm:delay bucket -> count).
 -- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
 -- value, expires (s), delay bucket]), audit records (one JSON document per event, joined by newlines), policy
 -- version the events were classified against.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
-local counters, cells, audit, seen, expiry, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local counters, cells, audit, seen, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local refusal = campaign_refusal(counters, ARGV[4])
 if refusal then return {refusal} end
 
+local now_s = tonumber(ARGV[1])
 local events = cjson.decode(ARGV[2])
-sweep(seen, expiry, ARGV[1], 2 * #events + 16)
-
--- A field whose expiry has passed counts as absent even before the sweep above reaches it.
-local function first_time(field, expires)
-  if redis.call('HSETNX', seen, field, 1) == 0 then
-    local until_ = tonumber(redis.call('ZSCORE', expiry, field))
-    if until_ and until_ > tonumber(ARGV[1]) then return false end
-  end
-  redis.call('ZADD', expiry, expires, field)
-  return true
-end
+sweep(seen, now_s, 2 * #events + 16)
 
 -- What the batch adds, written once per field after the loop (per event, these writes were a fifth of the
 -- script's time). Float sums stay IEEE doubles added in event order (HINCRBYFLOAT adds in long double):
 -- bit for bit what a replay computes, since '%.17g' round-trips a double exactly.
 local sums, observed, converted = {}, {}, {}  -- per 's:arm', per 'arm:delay bucket', per 'arm:bucket:' cell
 
-local outcomes = {}
-local entry = {audit, '*'}
-local position = 1
+local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
   local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket = unpack(event)
-  local record_end = string.find(ARGV[3], '\n', position, true) or (#ARGV[3] + 1)
-  local record = string.sub(ARGV[3], position, record_end - 1)
-  position = record_end + 1
   local outcome
-  if event_id ~= '' and not first_time('ev:' .. event_id, expires) then
+  if event_id ~= '' and not first_time(seen, 'ev:' .. event_id, expires, now_s) then
     outcome = 'duplicate'
-  elseif not first_time('cv:' .. decision, expires) then
+  elseif not first_time(seen, 'cv:' .. decision, expires, now_s) then
     if event_id == '' then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
   else
     -- a counted pull's first conversion, censored or not: its delay is data (memory.py does the same)
@@ -60,15 +46,12 @@ for i, event in ipairs(events) do
     end
   end
   outcomes[i] = outcome
-  if outcome ~= 'duplicate' then
-    entry[#entry + 1] = i .. ':' .. outcome  -- field names must be unique: redis-py reads entries as dicts
-    entry[#entry + 1] = record
-  end
+  audited[i] = outcome ~= 'duplicate' and outcome or ''
 end
 for field, total in pairs(sums) do redis.call('HSET', counters, field, string.format('%.17g', total)) end
 for field, count in pairs(observed) do redis.call('HINCRBY', delays, field, count) end
 for cell, count in pairs(converted) do  -- a cell folded into ``matured`` since the decision counts no more
   if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', count) end
 end
-if #entry > 2 then redis.call('XADD', unpack(entry)) end
+audit_batch(audit, ARGV[3], audited)
 return outcomes

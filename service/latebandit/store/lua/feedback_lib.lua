@@ -1,0 +1,45 @@
+-- Shared by the feedback scripts (prepended by store/redis.py to every script that starts with
+-- "-- requires: ... feedback_lib"): the deduplication entries and a batch's audit entry.
+--
+-- The deduplication entries, event ids (``ev:``) and converted decisions (``cv:``), are one sorted set scored
+-- by their expiry time (s). One ZADD NX per lookup: a hash beside it doubled each entry's writes and memory
+-- (measured: a fifth of the conversion script's Redis time).
+
+-- Forget up to ``limit`` entries whose expiry has passed (bounded per call, so that a call's cost stays
+-- proportional to its batch, and the set shrinks as fast as traffic adds to it). The set is ordered by
+-- expiry: when more than ``limit`` have expired, the ``limit`` lowest ranks are all expired ones.
+local function sweep(expiry, now_s, limit)
+  if redis.call('ZCOUNT', expiry, '-inf', now_s) <= limit then
+    redis.call('ZREMRANGEBYSCORE', expiry, '-inf', now_s)
+  else
+    redis.call('ZREMRANGEBYRANK', expiry, 0, limit - 1)
+  end
+end
+
+-- Whether ``field`` is remembered: an entry whose expiry has passed counts as absent even before a sweep
+-- reaches it.
+local function known(expiry, field, now_s)
+  local until_ = tonumber(redis.call('ZSCORE', expiry, field))
+  return until_ ~= nil and until_ > now_s
+end
+
+-- Remember ``field`` until ``expires`` unless it is remembered already: true the first time.
+local function first_time(expiry, field, expires, now_s)
+  if redis.call('ZADD', expiry, 'NX', expires, field) == 1 then return true end
+  if known(expiry, field, now_s) then return false end
+  redis.call('ZADD', expiry, expires, field)
+  return true
+end
+
+-- A batch's audit entry: its records as the caller sent them (one JSON document per event, joined by
+-- newlines) and, per event, the outcome it is audited under or '' for one left out (store/redis.py's
+-- ``_records`` pairs them). Two fields, not two per event: splitting the records here cost Redis a sixth of
+-- the conversion script's time.
+local function audit_batch(audit, records, audited)
+  for _, outcome in ipairs(audited) do
+    if outcome ~= '' then
+      redis.call('XADD', audit, '*', 'o', table.concat(audited, ','), 'b', records)
+      return
+    end
+  end
+end
