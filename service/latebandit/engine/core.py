@@ -28,6 +28,7 @@ from latebandit.engine.group_commit import GroupCommit
 from latebandit.engine.ingest import BatchIngest, Ingest
 from latebandit.engine.planner import Planner
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
+from latebandit.engine.standing import StandingChoice
 from latebandit.policies.base import ArmStats
 from latebandit.policies.floor import with_floor
 from latebandit.policies.guha import GuhaBayes
@@ -102,6 +103,7 @@ class DecisionEngine:
         self.feedback = BatchIngest(ingest, signer, clock, self.campaigns, self._durable).feedback
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
+        self._standing: dict[str, StandingChoice] = {}  # per campaign, while its statistics stand
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
         self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
         self._publishing = threading.Lock()
@@ -224,17 +226,30 @@ class DecisionEngine:
         request_ids = [request_id for _, request_id in requests]
         now = self.clock()
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-        stats = await self._stats(campaign, state, now)
-        policy = self.planner.policy_for(campaign, stats)
-        choice = with_floor(policy.choose_together(stats, len(requests), self.rng), campaign.exploration_floor,
-                            self.rng)  # fmt: skip
+        chosen = await self._choose(campaign, state, now, len(requests))
         pulls = [
             self._pull(campaign, arm, propensity, now, request_id)
-            for arm, propensity, request_id in zip(
-                choice.arm.tolist(), choice.propensity.tolist(), request_ids, strict=True
-            )
+            for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
         return await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
+
+    async def _choose(
+        self, campaign: Campaign, state: StateSnapshot, now: int, decisions: int
+    ) -> list[tuple[int, float]]:
+        """Arms and propensities for ``decisions`` successive decisions: drawn from the campaign's standing
+        choice while its statistics stand (engine/standing.py), else from the policy's own call."""
+        standing = self._standing.get(campaign.id)
+        if standing is not None and standing.serves(campaign, state, decisions):
+            return standing.draw(decisions, self.rng)
+        stats = await self._stats(campaign, state, now)
+        policy = self.planner.policy_for(campaign, stats)
+        standing = StandingChoice.of(campaign, state, policy.standing(stats)[0], GROUP_LIMIT)
+        if standing is not None:
+            self._standing[campaign.id] = standing
+            return standing.draw(decisions, self.rng)
+        self._standing.pop(campaign.id, None)
+        choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
+        return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""

@@ -24,6 +24,9 @@ class Uniform(Policy):
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         return uniform_among(np.ones(np.shape(stats.pulls), dtype=bool), rng)
 
+    def standing(self, stats: ArmStats) -> np.ndarray:
+        return np.full(np.shape(stats.pulls), 1.0 / self.n_arms)
+
 
 class Fixed(Policy):
     """Always the arm at index ``arm`` (the service maps an arm id to its index first)."""
@@ -40,9 +43,12 @@ class Fixed(Policy):
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         runs = np.shape(stats.pulls)[0]
+        return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs), self.standing(stats))
+
+    def standing(self, stats: ArmStats) -> np.ndarray:
         probabilities = np.zeros(np.shape(stats.pulls))
         probabilities[:, self._int_param("arm")] = 1.0
-        return Choice(np.full(runs, self._params["arm"], dtype=np.int64), np.ones(runs), probabilities)
+        return probabilities
 
 
 class UCB1(IndexPolicy):

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from latebandit.policies import Choice, Policy, SchedulePolicy
-from latebandit.policies.floor import with_floor
+from latebandit.policies.floor import mixed_probabilities, with_floor
 from latebandit.sim.accounting import weighted_regret
 from latebandit.sim.environment import Environment, Pull
 from latebandit.sim.feeds import Feed
@@ -55,13 +55,20 @@ class FeedPlayer:
         rng: np.random.Generator,
         floor: float = 0.0,
         observe: Observer | None = None,
+        standing_rounds: int = 1,
     ) -> None:
+        """``standing_rounds`` > 1 plays the service's standing choice (engine/standing.py): a run whose
+        policy reports a standing distribution draws its arms from it for that many rounds (its statistics
+        meanwhile ignored) before the policy is asked again; 1 asks the policy every round."""
         self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
         self.floor, self.observe = floor, observe
         self.policy = policy.prepare(feed.stats(np.ones(env.runs)))  # guha-bayes solves its plan here
         self._t = np.empty(env.runs)
         self._runs = np.arange(env.runs)
         self._blocks = History(env)
+        self._standing_rounds = standing_rounds
+        self._law = np.full((env.runs, env.scenario.n_arms), np.nan)  # (R, K) each run's standing law, nan: none
+        self._left = np.zeros(env.runs, dtype=np.int64)  # rounds each run's standing law may still serve
 
     def longest_block(self) -> int:
         return 1
@@ -69,7 +76,7 @@ class FeedPlayer:
     def play_block(self, rounds: int) -> np.ndarray:
         n = self.env.round
         self._t.fill(n)
-        choice = with_floor(self.policy.choose(self.feed.stats(self._t), self.rng), self.floor, self.rng)
+        choice = self._choose()
         arms = choice.arm
         pull = self.env.pull(arms)
         if self.observe is not None:
@@ -85,6 +92,31 @@ class FeedPlayer:
 
     def weighted(self) -> np.ndarray:
         return self._blocks.weighted()
+
+    def _choose(self) -> Choice:
+        """The policy's choice, or in runs whose standing law still serves, a draw from it (as the service)."""
+        stats = self.feed.stats(self._t)
+        if self._standing_rounds == 1:
+            return with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
+        serving = self._left > 0
+        fresh = with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
+        if not serving.all():
+            law = self.policy.standing(stats)
+            if self.floor > 0:
+                law = mixed_probabilities(law, self.floor)
+            renew = ~serving & ~np.isnan(law).any(axis=1)
+            self._law[renew] = law[renew]
+            self._left[renew] = self._standing_rounds
+            serving |= renew
+        bounds = np.cumsum(np.nan_to_num(self._law), axis=1)
+        below = bounds < self.rng.random(self.env.runs)[:, None] * bounds[:, -1:]  # within the law's support
+        drawn = below.sum(axis=1)
+        arms = np.where(serving, drawn, fresh.arm)
+        propensity = np.where(
+            serving, self._law[self._runs, np.minimum(drawn, self._law.shape[1] - 1)], fresh.propensity
+        )
+        self._left[serving] -= 1
+        return Choice(arms, propensity)
 
 
 class SchedulePlayer:

@@ -102,10 +102,12 @@ def run_policy(
     runs: int | None = None,
     first_run: int = 0,
     observe: Observer | None = None,
+    standing_rounds: int = 1,
 ) -> PolicyResult:
     """``runs`` runs (default: the scenario's) of one policy, starting at run index ``first_run``;
     ``observe`` sees every round's choices and pulls (to write event logs, service/latebandit/sim/logs.py). A
-    policy that precomputes a plan (guha-bayes) solves it first; its time counts in ``seconds``."""
+    policy that precomputes a plan (guha-bayes) solves it first; its time counts in ``seconds``.
+    ``standing_rounds``: how long a standing choice serves, as in the service (FeedPlayer)."""
     started = time.perf_counter()
     policy = make_policy_for(scenario, spec)
     env = Environment(scenario, runs, first_run)
@@ -116,7 +118,7 @@ def run_policy(
         player = SchedulePlayer(policy, env, rng, observe)
     else:
         feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env)
-        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe)
+        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe, standing_rounds)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
     regret, run_index = np.zeros(count), np.arange(count)
