@@ -11,14 +11,15 @@ reported as a ratio to the bare endpoint measured in the same run, since the mac
 
 /choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated,
 patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning policy: each /choose
-claims a slot of a shared schedule); at 32 connections, and delayed-klucb also at 1 and 4.
+claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up round of 2 s.
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
 Audit: by default the production layout, ``latebandit audit-writer`` in its own process
 (LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. On this 2-core machine
-the external writer is paused (SIGSTOP) during the /feedback load, so that the API worker's capacity and the
-writer's are each measured alone, as they run in production (their own cores); then the writer drains the
-backlog and its rate (audit records per second) and largest lag are reported.
+the external writer is paused (SIGSTOP) during each latebandit load, /choose and /feedback, so that the API
+worker's capacity and the writer's are each measured alone, as they run in production (their own cores);
+after each load the writer drains the backlog (after /feedback's, its rate in audit records per second and
+its largest lag are reported).
 """
 
 from __future__ import annotations
@@ -223,10 +224,19 @@ def audit_drain(url: str, first: dict[str, float], started: float, limit: float 
     }
 
 
+def wait_drained(url: str, limit: float = 60.0) -> None:
+    """Until the draining process (its /metrics at ``url``) reports no audit backlog: the next measurement
+    starts on an empty queue."""
+    deadline = time.monotonic() + limit
+    while scrape(url).get("latebandit_audit_backlog", 0.0) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def paused(server: Server | None) -> Iterator[None]:
-    """``server`` stopped (SIGSTOP) meanwhile: the external audit writer, while the API's /feedback capacity
-    is measured; its backlog is then drained, and measured, once it resumes."""
+    """``server`` stopped (SIGSTOP) meanwhile: the external audit writer, while the API's capacity is
+    measured (/choose and /feedback); its backlog is then drained once it resumes (and for /feedback, that
+    drain is measured)."""
     if server is None:
         yield
         return
@@ -309,15 +319,17 @@ def main() -> None:
             assert created.status_code == 201, created.text
         asyncio.run(fill_history(prefix, "bench"))
         bodies = {name: orjson.dumps({"campaign": spec["id"]}) for name, spec in CAMPAIGNS.items()}
-        cases = [("bare", 32), *((name, 32) for name in CAMPAIGNS), ("bare", 4), ("delayed-klucb", 4), ("bare", 1),
-                 ("delayed-klucb", 1)]  # fmt: skip
-        for name, connections in cases:  # warm-up
-            load(bare_port if name == "bare" else lb_port, bodies.get(name, bodies["delayed-klucb"]), 2, connections)
+        cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *CAMPAIGNS)]
+        drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
         rounds: dict[tuple[str, int], list[Figures]] = {case: [] for case in cases}
-        for _ in range(args.rounds):
+        for measure in (False, *[True] * args.rounds):  # a warm-up round of 2 s first
             for name, connections in cases:
                 port, body = (bare_port, bodies["delayed-klucb"]) if name == "bare" else (lb_port, bodies[name])
-                rounds[(name, connections)].append(load(port, body, args.duration, connections))
+                with paused(None if name == "bare" else writer):
+                    figures = load(port, body, args.duration if measure else 2, connections)
+                wait_drained(drained_by)
+                if measure:
+                    rounds[(name, connections)].append(figures)
         choose = {case: median(figures) for case, figures in rounds.items()}
         console.print("signing the /feedback batches ...")
         needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
@@ -325,7 +337,6 @@ def main() -> None:
         warm_up = len(signed) * 2 // (args.duration + 2)
         feedback_rate(lb_port, signed[:warm_up], 2)
         signed = signed[warm_up:]
-        drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
         before, started = scrape(drained_by), time.monotonic()
         with paused(writer):  # each measured alone on this machine's cores: in production they have their own
             conversions, feedback = feedback_rate(lb_port, signed, args.duration)

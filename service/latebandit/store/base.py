@@ -90,7 +90,10 @@ class StateSnapshot:
         return self.delays if self.delays is not None else np.zeros((arms, BUCKETS), dtype=np.int64)
 
 
-@dataclass(frozen=True)
+# The records made per decision or event (Pull, DecisionResult, AnonymousEvent, PreparedConversion) are plain
+# dataclasses, treated as immutable: a frozen one's __init__ sets each field through object.__setattr__ and
+# measured 3.1 µs against 0.6 µs, on a /feedback budget of about 20 µs a conversion.
+@dataclass
 class Pull:
     """A decision to record: the arm pulled, where it falls in the histogram, and its audit record."""
 
@@ -111,7 +114,7 @@ class DecisionStatus(StrEnum):
     MOVED = "moved"  # the campaign's policy version changed: reload it (CampaignMoved)
 
 
-@dataclass(frozen=True)
+@dataclass
 class DecisionResult:
     status: DecisionStatus
     decision_id: str = ""
@@ -120,7 +123,7 @@ class DecisionResult:
     counters: Counters | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class AnonymousEvent:
     """A verified aggregate (an attributed conversion is one over the instant it occurred at) or watermark,
     for a campaign whose policy learns from sums."""
@@ -135,7 +138,7 @@ class AnonymousEvent:
     record: Record = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass
 class PreparedConversion:
     """A verified conversion, classified by everything that does not need the store's memory."""
 

@@ -163,6 +163,7 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
     return delays
 
 
+OUTCOMES = {outcome.value.encode(): outcome for outcome in Outcome}  # a script's answers, decoded by lookup
 BATCH_REFUSALS = {  # a feedback script's whole answer when the campaign refuses the batch (campaign_lib.lua)
     status.value.encode(): status for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED)
 }
@@ -376,11 +377,11 @@ class RedisStore:
              repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
             for event in events
         ]  # fmt: skip
-        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        records = orjson.dumps([event.record for event in events])
         args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version]
         raw: list[bytes] = await self._run("apply_conversions", keys, args)
         _raise_refusal(raw)
-        return [Outcome(outcome.decode()) for outcome in raw]
+        return [OUTCOMES[outcome] for outcome in raw]
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
         components = len(campaign.exact_components)
@@ -445,7 +446,7 @@ class RedisStore:
              now // MICROS + event.dedup_ttl]
             for event in events
         ]  # fmt: skip
-        records = b"\n".join(orjson.dumps(event.record) for event in events)
+        records = orjson.dumps([event.record for event in events])
         args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
         raw: list[bytes] = await self._run("apply_anonymous", keys, args)
         _raise_refusal(raw)
@@ -633,12 +634,11 @@ def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
 
 def _records(fields: dict[bytes, bytes]) -> list[Record]:
     """Decode a stream entry: ``seq``/``r`` for a single record; ``o``/``b`` for a feedback batch (its
-    records one per line, each audited under its outcome in ``o``, none if empty: feedback_lib.lua); or the
-    ``position:outcome`` fields that workers of earlier versions write, read during a rolling upgrade."""
+    records as one JSON array, each audited under its outcome in ``o``, none if empty: feedback_lib.lua); or
+    the ``position:outcome`` fields that workers of earlier versions write, read during a rolling upgrade."""
     if b"b" in fields:
-        lines, outcomes = fields[b"b"].split(b"\n"), fields[b"o"].split(b",")
-        return [{**orjson.loads(line), "outcome": outcome.decode()}
-                for line, outcome in zip(lines, outcomes, strict=True) if outcome]  # fmt: skip
+        batch, outcomes = orjson.loads(fields[b"b"]), fields[b"o"].decode().split(",")
+        return [{**record, "outcome": outcome} for record, outcome in zip(batch, outcomes, strict=True) if outcome]
     records: list[Record] = []
     seq = None
     for name, value in fields.items():

@@ -3,7 +3,7 @@
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (sorted set by expiry).
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
--- '', expires s]), audit records (one JSON document per event, joined by newlines), policy version.
+-- '', expires s]), audit records (a JSON array, one per event), policy version.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
 local counters, sched, segments, starts, closed, audit, seen =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]

@@ -3,8 +3,8 @@
 -- KEYS: counters, cells, audit, dedup (sorted set: seen event ids and converted decisions by expiry),
 -- delays (hash arm:delay bucket -> count).
 -- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
--- value, expires (s), delay bucket]), audit records (one JSON document per event, joined by newlines), policy
--- version the events were classified against.
+-- value, expires (s), delay bucket]), audit records (a JSON array, one per event), policy version the events
+-- were classified against.
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
 local counters, cells, audit, seen, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local refusal = campaign_refusal(counters, ARGV[4])

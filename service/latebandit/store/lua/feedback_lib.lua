@@ -31,9 +31,8 @@ local function first_time(expiry, field, expires, now_s)
   return true
 end
 
--- A batch's audit entry: its records as the caller sent them (one JSON document per event, joined by
--- newlines) and, per event, the outcome it is audited under or '' for one left out (store/redis.py's
--- ``_records`` pairs them). Two fields, not two per event: splitting the records here cost Redis a sixth of
+-- A batch's audit entry: its records as the caller sent them (a JSON array, one per event) and, per event,
+-- the outcome it is audited under or '' for one left out (store/redis.py's ``_records`` pairs them). Two fields, not two per event: splitting the records here cost Redis a sixth of
 -- the conversion script's time.
 local function audit_batch(audit, records, audited)
   for _, outcome in ipairs(audited) do
