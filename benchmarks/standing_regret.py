@@ -26,13 +26,14 @@ from latebandit.sim.reproductions.vernade2017 import GEOMETRIC, HORIZON, THETA_H
 from latebandit.sim.runner import mean_and_error, run_policy
 from latebandit.sim.scenario import Scenario, scenario_from_mapping
 
-POLICIES = ("delayed-klucb", "delayed-ucb", "patient-bandits", "klucb", "ucb1")  # only delayed-klucb stands
+PARAMS = {"delayed-thompson": {"propensity_samples": 1}}  # its propensity estimate plays no part in regret
+POLICIES = ("delayed-klucb", "delayed-thompson", "delayed-ucb", "patient-bandits", "klucb", "ucb1")  # 2 stand
 
 
 def scenario(arms: tuple[float, ...], runs: int, horizon: int = HORIZON) -> Scenario:
     return scenario_from_mapping({
         "horizon": horizon, "runs": runs, "seed": 2017, "arms": list(arms), "delay": GEOMETRIC, "window": WINDOW,
-        "policies": [{"name": name} for name in POLICIES], "checkpoints": [horizon],
+        "policies": [{"name": name, "params": PARAMS.get(name, {})} for name in POLICIES], "checkpoints": [horizon],
     })  # fmt: skip
 
 

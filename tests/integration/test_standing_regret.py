@@ -1,7 +1,8 @@
 """The service's standing choice costs no regret (issue 15): in the simulator, on Vernade et al. 2017's θH
-setting (delays of mean 500 rounds), DelayedKLUCB drawing from its last distribution for 64 rounds ends
-where asking it every round does. The same measure catches the cost where there is one: KL-UCB, whose
-index reads N, loses measurably when made to stand, which is why it does not (Policy.standing)."""
+setting (delays of mean 500 rounds), DelayedKLUCB and delayed Thompson sampling drawing from their last
+distribution for 64 rounds end where asking them every round does. The same measure catches the cost where
+there is one: KL-UCB, whose index reads N, loses measurably when made to stand, which is why it does not
+(Policy.standing)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def paired(policy: str) -> tuple[float, float, float]:
     return float(np.mean(reference)), difference, error
 
 
-def test_delayed_klucb_standing_for_64_rounds_costs_nothing_measurable() -> None:
-    reference, difference, error = paired("delayed-klucb")
+@pytest.mark.parametrize("policy", ["delayed-klucb", "delayed-thompson"])
+def test_standing_for_64_rounds_costs_nothing_measurable(policy: str) -> None:
+    reference, difference, error = paired(policy)
     assert abs(difference) <= 3 * error + 0.02 * reference, (reference, difference, error)
 
 

@@ -8,16 +8,18 @@ import math
 
 import numpy as np
 import pytest
+from scipy import integrate, stats
 
 from latebandit.campaign import Campaign
 from latebandit.engine.standing import StandingChoice
 from latebandit.policies import Policy, make_policy
 from latebandit.policies.base import Choice
+from latebandit.policies.baselines import win_probabilities
 from latebandit.policies.floor import with_floor
 from latebandit.store.base import Counters, Histogram, StateSnapshot
 from tests.unit.test_policies import all_policies, one_run, random_stats
 
-STANDS = {"uniform", "fixed", "delayed-klucb"}  # the others' choice reads N, or is drawn afresh (Thompson)
+STANDS = {"uniform", "fixed", "delayed-klucb", "delayed-thompson"}  # the others' choice reads N
 
 
 @pytest.mark.parametrize("policy", all_policies(4), ids=lambda policy: policy.name)
@@ -34,6 +36,9 @@ def test_a_standing_row_is_the_law_choose_draws_from(policy: Policy) -> None:
     assert stands.any()
     choice = policy.choose(stats, np.random.default_rng(22))
     assert choice.probabilities is not None
+    if policy.name == "delayed-thompson":  # its choice estimates the law from 1,000 posterior draws
+        np.testing.assert_allclose(law[stands], choice.probabilities[stands], atol=5 * math.sqrt(0.25 / 1000))
+        return
     np.testing.assert_allclose(law[stands], choice.probabilities[stands])
     np.testing.assert_allclose(law[stands].sum(axis=1), 1.0)
     assert (law[stands][np.arange(stands.sum()), choice.arm[stands]] > 0).all()
@@ -103,3 +108,47 @@ def test_it_serves_only_the_statistics_it_was_computed_from_and_at_most_its_limi
 
 def test_no_standing_choice_from_a_nan_row() -> None:
     assert StandingChoice.of(campaign(), snapshot([0] * 4), np.full(4, math.nan), 64) is None
+
+
+def slow_win_probabilities(alpha: list[float], beta: list[float]) -> np.ndarray:
+    """P(arm k's Beta draw is the largest), by adaptive quadrature of f_k·Π F_j with scipy's distributions."""
+    wins = []
+    for k in range(len(alpha)):
+
+        def integrand(x: float, k: int = k) -> float:
+            others = [stats.beta.cdf(x, alpha[j], beta[j]) for j in range(len(alpha)) if j != k]
+            return float(stats.beta.pdf(x, alpha[k], beta[k]) * np.prod(others))
+
+        low, high = stats.beta.ppf([1e-14, 1 - 1e-14], alpha[k], beta[k])
+        breaks = np.concatenate([stats.beta.ppf([1e-9, 0.5, 1 - 1e-9], a, b) for a, b in zip(alpha, beta, strict=True)])
+        inside = sorted(set(breaks[(breaks > low) & (breaks < high)].tolist()))
+        wins.append(
+            integrate.quad(integrand, low, high, points=inside or None, epsabs=1e-11, epsrel=1e-9, limit=500)[0]
+        )
+    return np.array(wins) / sum(wins)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta"),
+    [
+        ([1, 1, 1], [1, 1, 1]),  # uniform priors: 1/3 each
+        ([2, 2.5], [30, 30]),
+        ([1.5, 1001, 11], [1.2, 9001, 90]),  # a fresh arm beside a narrow one beside a wide one
+        ([1, 1000, 1000.5], [1, 50_000, 50_000]),  # two narrow, nearly tied posteriors
+        ([3.7, 1, 60, 8], [1.1, 500, 2000, 400]),
+    ],
+)
+def test_thompsons_exact_law_matches_adaptive_quadrature(alpha: list[float], beta: list[float]) -> None:
+    got = win_probabilities(np.array([alpha], float), np.array([beta], float))[0]
+    np.testing.assert_allclose(got, slow_win_probabilities(alpha, beta), atol=1e-5)
+
+
+def test_delayed_thompson_stands_on_its_posterior_and_thompson_never() -> None:
+    """DelayedThompson's posterior reads S and Ñ (not N): its law stands; Thompson's reads N."""
+    stats_ = one_run([50, 40, 10], [5, 6, 1], [45, 30, 4], 101)
+    delayed = make_policy("delayed-thompson", {}, 3)
+    np.testing.assert_allclose(delayed.standing(stats_), win_probabilities(*delayed.posterior(stats_)))
+    assert np.isnan(make_policy("thompson", {}, 3).standing(stats_)).all()
+    assert np.isnan(
+        make_policy("delayed-thompson", {}, 11).standing(random_stats(np.random.default_rng(2), 1, 11))
+    ).all()
