@@ -2,15 +2,14 @@
 was computed from stand, so that a decision costs one uniform draw instead of the policy's NumPy work (0.4 ms
 at 10 arms, measured: more than all the rest of a request).
 
-DelayedKLUCB's arm is the argmax of indices that read S, Ñ and t (through log t), delayed Thompson sampling's
-a draw from the posterior argmax of S and Ñ: Ñ only changes with a histogram read (at most every
-``snapshot_interval``), S with a counted conversion, t with each decision. The distribution is kept while the
-histogram read and S are the ones it was computed from, for at most ``limit`` decisions: the rounds those
-decisions add are ignored meanwhile, the staleness a full batch of the group commit has always had. Policies
-say whether they have such a distribution (``Policy.standing``): not during an opening (its turn moves with
-t), not when the choice reads N (every decision changes it, and the simulator measured what ignoring that
-costs). The simulator plays the same rule (``FeedPlayer(standing_rounds=...)``); docs/design-notes.md has its
-figures.
+An index policy's arm is the argmax of indices that read S, Ñ, N and t; Thompson sampling's a draw from a
+posterior of S and Ñ (or N): Ñ only changes with a histogram read (at most every ``snapshot_interval``), S
+with a counted conversion, N and t with each decision. The distribution is kept while the histogram read and
+S are the ones it was computed from, for at most ``limit`` decisions: the pulls and rounds those decisions
+add are ignored meanwhile, the staleness a full batch of the group commit has always had. Policies say
+whether they have such a distribution (``Policy.standing``): not during an opening (its turn moves with t),
+not for the policies that do not stand. The simulator plays the same rule (``FeedPlayer(standing_rounds=...)``)
+and measured no regret moved; docs/design-notes.md has the figures.
 
 A draw is an inverse-CDF lookup on one uniform: the same law as ``choose`` (ties uniform) and, with an
 exploration floor, as ``with_floor`` (the mixture of the policy's distribution with the uniform one).

@@ -149,7 +149,7 @@ class Policy(ABC):
     reports_probabilities: ClassVar[bool] = False  # its Choice carries every arm's probability
     needs_pending: ClassVar[bool] = False  # reads ArmStats.pending (pulls whose outcome is not resolved yet)
     ignores_feedback: ClassVar[bool] = False  # chooses without reading any statistic: runs under every feedback
-    reads_pulls: ClassVar[bool] = True  # its choice reads N beyond opening never-pulled arms (``standing``)
+    stands: ClassVar[bool] = True  # its choice's law may be kept between decisions (``standing``)
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
     def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:
@@ -250,9 +250,8 @@ class ArgmaxPolicy(Policy):
 
     def standing(self, stats: ArmStats) -> np.ndarray:
         """The best arms' uniform distribution; nan while an arm must be explored (its turn moves with t), and
-        for a policy whose index reads N, which every decision changes: kept for 64 decisions, N's staleness
-        cost KL-UCB and UCB1 a fifth more regret in the simulator (docs/benchmarks.md), DelayedKLUCB none."""
-        if self.reads_pulls:
+        for a policy that does not stand."""
+        if not self.stands:
             return super().standing(stats)
         index = self.index(stats)
         forced = np.isposinf(index)

@@ -107,9 +107,9 @@ class Thompson(Policy):
         return self._with_propensity(arm, np.repeat(self._hits(alpha[:1], beta[:1], rng), decisions, axis=0))
 
     def standing(self, stats: ArmStats) -> np.ndarray:
-        """The exact law of the posterior argmax (``win_probabilities``), for a posterior that does not read N
-        and at most STANDING_ARMS arms; nan otherwise (the decision then samples, as ``choose``)."""
-        if self.reads_pulls or self.n_arms > STANDING_ARMS:
+        """The exact law of the posterior argmax (``win_probabilities``), for at most STANDING_ARMS arms; nan
+        otherwise (the decision then samples, as ``choose``)."""
+        if self.n_arms > STANDING_ARMS:
             return super().standing(stats)
         return win_probabilities(*self.posterior(stats))
 
@@ -164,7 +164,6 @@ class DelayedThompson(Thompson):
 
     name: ClassVar[str] = "delayed-thompson"
     delay_corrected: ClassVar[bool] = True
-    reads_pulls: ClassVar[bool] = False  # S and Ñ
 
     def effective_pulls(self, stats: ArmStats) -> np.ndarray:
         return np.asarray(stats.effective, dtype=np.float64)

@@ -38,7 +38,6 @@ class DelayedKLUCB(DelayCorrected):
     the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (§2.4)."""
 
     name: ClassVar[str] = "delayed-klucb"
-    reads_pulls: ClassVar[bool] = False  # S, Ñ and t: N only to open never-pulled arms
 
     def bound(self, estimate: Array, stats: ArmStats, effective: Array, beta: Array) -> Array:
         return klucb_poisson(estimate, beta / effective)

@@ -58,8 +58,9 @@ class FeedPlayer:
         standing_rounds: int = 1,
     ) -> None:
         """``standing_rounds`` > 1 plays the service's standing choice (engine/standing.py): a run whose
-        policy reports a standing distribution draws its arms from it for that many rounds (its statistics
-        meanwhile ignored) before the policy is asked again; 1 asks the policy every round."""
+        policy reports a standing distribution draws its arms from it for up to that many rounds, until a
+        conversion arrives (S changes), its other statistics meanwhile ignored; 1 asks the policy every round.
+        The service also keeps Ñ for a whole histogram read; here Ñ is held only while the law stands."""
         self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
         self.floor, self.observe = floor, observe
         self.policy = policy.prepare(feed.stats(np.ones(env.runs)))  # guha-bayes solves its plan here
@@ -88,6 +89,7 @@ class FeedPlayer:
         arrived = self.env.observe(self.env.end_round())
         if not self.policy.ignores_feedback:  # which may be sums only (anonymous feedback): nothing to count
             ledger.conversions += arrived
+            self._left[arrived.sum(axis=1) > 0] = 0  # S changed: as in the service, the standing law is renewed
         return arms
 
     def weighted(self) -> np.ndarray:
