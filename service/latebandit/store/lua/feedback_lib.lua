@@ -2,8 +2,8 @@
 -- "-- requires: ... feedback_lib"): the deduplication entries and a batch's audit entry.
 --
 -- The deduplication entries, event ids (``ev:``) and converted decisions (``cv:``), are one sorted set scored
--- by their expiry time (s). One ZADD NX per lookup: a hash beside it doubled each entry's writes and memory
--- (measured: a fifth of the conversion script's Redis time).
+-- by their expiry time (s): one ZADD NX per lookup, where a hash beside the set doubled each entry's writes,
+-- sweeps and memory.
 
 -- Forget up to ``limit`` entries whose expiry has passed (bounded per call, so that a call's cost stays
 -- proportional to its batch, and the set shrinks as fast as traffic adds to it). The set is ordered by
@@ -32,8 +32,8 @@ local function first_time(expiry, field, expires, now_s)
 end
 
 -- A batch's audit entry: its records as the caller sent them (a JSON array, one per event) and, per event,
--- the outcome it is audited under or '' for one left out (store/redis.py's ``_records`` pairs them). Two fields, not two per event: splitting the records here cost Redis a sixth of
--- the conversion script's time.
+-- the outcome it is audited under or '' for one left out (store/redis.py's ``_records`` pairs them): two
+-- fields, not two per event, so that the script never splits the records.
 local function audit_batch(audit, records, audited)
   for _, outcome in ipairs(audited) do
     if outcome ~= '' then
