@@ -58,8 +58,8 @@ class FeedPlayer:
         standing_rounds: int = 1,
     ) -> None:
         """``standing_rounds`` > 1 plays the service's standing choice (engine/standing.py): a run whose
-        policy reports a standing distribution draws its arms from it for up to that many rounds, until a
-        conversion arrives (S changes), its other statistics meanwhile ignored; 1 asks the policy every round.
+        policy reports a standing distribution draws its arms from it for up to that many rounds, until the S
+        its policy reads changes, its other statistics meanwhile ignored; 1 asks the policy every round.
         The service also keeps Ñ for a whole histogram read; here Ñ is held only while the law stands."""
         self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
         self.floor, self.observe = floor, observe
@@ -70,6 +70,7 @@ class FeedPlayer:
         self._standing_rounds = standing_rounds
         self._law = np.full((env.runs, env.scenario.n_arms), np.nan)  # (R, K) each run's standing law, nan: none
         self._left = np.zeros(env.runs, dtype=np.int64)  # rounds each run's standing law may still serve
+        self._seen = np.zeros((env.runs, env.scenario.n_arms))  # the S each run's law was computed from
 
     def longest_block(self) -> int:
         return 1
@@ -89,7 +90,6 @@ class FeedPlayer:
         arrived = self.env.observe(self.env.end_round())
         if not self.policy.ignores_feedback:  # which may be sums only (anonymous feedback): nothing to count
             ledger.conversions += arrived
-            self._left[arrived.sum(axis=1) > 0] = 0  # S changed: as in the service, the standing law is renewed
         return arms
 
     def weighted(self) -> np.ndarray:
@@ -100,7 +100,7 @@ class FeedPlayer:
         stats = self.feed.stats(self._t)
         if self._standing_rounds == 1:
             return with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
-        serving = self._left > 0
+        serving = (self._left > 0) & (np.asarray(stats.conversions) == self._seen).all(axis=1)  # S unchanged
         fresh = with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
         if not serving.all():
             law = self.policy.standing(stats)
@@ -108,6 +108,7 @@ class FeedPlayer:
                 law = mixed_probabilities(law, self.floor)
             renew = ~serving & ~np.isnan(law).any(axis=1)
             self._law[renew] = law[renew]
+            self._seen[renew] = np.asarray(stats.conversions)[renew]
             self._left[renew] = self._standing_rounds
             serving |= renew
         bounds = np.cumsum(np.nan_to_num(self._law), axis=1)
