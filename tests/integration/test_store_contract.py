@@ -398,7 +398,7 @@ async def test_what_each_script_keeps_is_bounded(redis_url: str, redis_prefix: s
 @pytest.mark.redis
 async def test_feedback_entries_of_either_layout_are_read(redis_url: str, redis_prefix: str) -> None:
     """A batch is queued as two fields (records and outcomes, duplicates left out); the per-event fields that
-    workers of earlier versions queue are still read, so that a rolling upgrade loses no record."""
+    workers of earlier versions queued are still read, so that an upgrade loses none left in the queue."""
     store = RedisStore(redis_url, redis_prefix, clock=lambda: T0)
     keys, client = Keys(redis_prefix), store.client
     try:

@@ -635,7 +635,7 @@ def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
 def _records(fields: dict[bytes, bytes]) -> list[Record]:
     """Decode a stream entry: ``seq``/``r`` for a single record; ``o``/``b`` for a feedback batch (its
     records as one JSON array, each audited under its outcome in ``o``, none if empty: feedback_lib.lua); or
-    the ``position:outcome`` fields that workers of earlier versions write, read during a rolling upgrade."""
+    the ``position:outcome`` fields that workers of earlier versions queued, still waiting after an upgrade."""
     if b"b" in fields:
         batch, outcomes = orjson.loads(fields[b"b"]), fields[b"o"].decode().split(",")
         return [{**record, "outcome": outcome} for record, outcome in zip(batch, outcomes, strict=True) if outcome]
