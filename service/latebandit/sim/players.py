@@ -98,10 +98,9 @@ class FeedPlayer:
     def _choose(self) -> Choice:
         """The policy's choice, or in runs whose standing law still serves, a draw from it (as the service)."""
         stats = self.feed.stats(self._t)
-        if self._standing_rounds == 1:
+        if self._standing_rounds == 1:  # the policy's own call, draw for draw as the papers' figures were made
             return with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
         serving = (self._left > 0) & (np.asarray(stats.conversions) == self._seen).all(axis=1)  # S unchanged
-        fresh = with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
         if not serving.all():
             law = self.policy.standing(stats)
             if self.floor > 0:
@@ -113,13 +112,14 @@ class FeedPlayer:
             serving |= renew
         bounds = np.cumsum(np.nan_to_num(self._law), axis=1)
         below = bounds < self.rng.random(self.env.runs)[:, None] * bounds[:, -1:]  # within the law's support
-        drawn = below.sum(axis=1)
-        arms = np.where(serving, drawn, fresh.arm)
-        propensity = np.where(
-            serving, self._law[self._runs, np.minimum(drawn, self._law.shape[1] - 1)], fresh.propensity
-        )
+        drawn = np.minimum(below.sum(axis=1), self._law.shape[1] - 1)
         self._left[serving] -= 1
-        return Choice(arms, propensity)
+        if serving.all():  # the policy is asked only for runs without a law (an opening, or one that never stands)
+            return Choice(drawn, self._law[self._runs, drawn])
+        fresh = with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
+        return Choice(
+            np.where(serving, drawn, fresh.arm), np.where(serving, self._law[self._runs, drawn], fresh.propensity)
+        )
 
 
 class SchedulePlayer:

@@ -69,8 +69,8 @@ for i, event in ipairs(events) do
   else
     outcome = credit(start, finish, value)
     if outcome ~= 'before_decision' then
-      if event_id ~= '' then redis.call('ZADD', seen, expires, 'ev:' .. event_id) end
-      if decision ~= '' then redis.call('ZADD', seen, expires, 'cv:' .. decision) end
+      if event_id ~= '' then remember(seen, 'ev:' .. event_id, expires) end
+      if decision ~= '' then remember(seen, 'cv:' .. decision, expires) end
     end
   end
   outcomes[i] = outcome

@@ -23,11 +23,16 @@ local function known(expiry, field, now_s)
   return until_ ~= nil and until_ > now_s
 end
 
+-- Remember ``field`` until ``expires`` (its earlier expiry, if any, replaced).
+local function remember(expiry, field, expires)
+  redis.call('ZADD', expiry, expires, field)
+end
+
 -- Remember ``field`` until ``expires`` unless it is remembered already: true the first time.
 local function first_time(expiry, field, expires, now_s)
   if redis.call('ZADD', expiry, 'NX', expires, field) == 1 then return true end
   if known(expiry, field, now_s) then return false end
-  redis.call('ZADD', expiry, expires, field)
+  remember(expiry, field, expires)
   return true
 end
 
