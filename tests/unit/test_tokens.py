@@ -12,7 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from latebandit.engine.feedback import Reason, Rejection, parse_conversion
-from latebandit.tokens import MAX_TOKEN_LENGTH, DecisionToken, InvalidToken, TokenSigner, key_id, new_nonce
+from latebandit.tokens import (
+    MAX_TOKEN_LENGTH,
+    DecisionToken,
+    InvalidToken,
+    TokenSigner,
+    _Signature,
+    key_id,
+    new_nonce,
+)
 
 SECRET = "unit-test-secret-0123456789abcdefghijklmnopqrstuvwxyz"
 OLD_SECRET = "the-secret-before-the-rotation-0123456789abcdef"
@@ -34,6 +42,12 @@ def test_round_trip_and_length(token: DecisionToken) -> None:
     signed = signer.sign(token)
     assert len(signed) <= MAX_TOKEN_LENGTH
     assert signer.verify(signed) == token
+
+
+@given(st.binary(max_size=200), st.binary(max_size=300))
+def test_the_precomputed_signature_is_hmac_sha256(key: bytes, payload: bytes) -> None:
+    """Against the standard library's HMAC, for keys shorter than, as long as and longer than a block."""
+    assert _Signature(key)(payload) == hmac.digest(key, payload, "sha256")[:16]
 
 
 def test_the_longest_id_fits_the_contract() -> None:
