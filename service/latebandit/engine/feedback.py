@@ -77,9 +77,10 @@ def _event_id(raw: dict[str, Any]) -> str | None:
 
 def _value(raw: dict[str, Any], upper: float) -> float:
     value = raw.get("value", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # JSON's numbers are floats and ints (a bool is not a number here): the float, the common case, first
+    if type(value) is not float and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise Rejection(Reason.MALFORMED_EVENT, "value must be a number")
-    if not math.isfinite(value) or not 0.0 <= value <= upper:  # upper = inf: any finite value >= 0
+    if not 0.0 <= value <= upper or value == math.inf:  # NaN fails the first; upper = inf admits any finite value
         raise Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {value!r} is outside [0, {upper:g}]")
     return float(value)
 
@@ -123,45 +124,46 @@ def prepare_batch(
     campaign: Campaign, conversions: Sequence[Conversion], received_at: int, retention: float
 ) -> list[PreparedConversion | Rejection]:
     """Classify conversions against their campaign: censored beyond the window (event time, window end
-    included), counted only for a counted pull of the campaign's current policy version. The delay buckets
-    of the whole batch are one vectorised call (per event, NumPy's call overhead was a fifth of /feedback).
+    included), counted only for a counted pull of the campaign's current policy version. The arithmetic of
+    the whole batch (delays, their buckets, how long each conversion is remembered) is done on columns: per
+    event, NumPy's call overhead was a fifth of /feedback and Python's arithmetic another tenth.
 
     A time in the future within the allowed skew is taken as the time of receipt: the conversion counts
-    from now on, so the state as of any moment holds only conversions that occurred by then."""
-    occurred = [min(conversion.occurred_at, received_at) for conversion in conversions]
-    delays = [max(0, at - conversion.decided_at) for at, conversion in zip(occurred, conversions, strict=True)]
-    buckets = bucket_of(np.array(delays, dtype=np.float64) / MICROS).tolist()
-    window, retention_us, arms = campaign.window_us, round(retention * MICROS), campaign.arms
+    from now on, so the state as of any moment holds only conversions that occurred by then.
+
+    Beyond the window plus the dedup retention the service no longer remembers whether the decision
+    converted, so a retry could not be recognised: such a late arrival is recorded and changes nothing (not
+    even the observed delays, which a retry would count twice). That is also why a replay may forget a
+    decision once it is that old (replay/apply.py)."""
+    if not conversions:
+        return []
+    decided = np.array([conversion.decided_at for conversion in conversions], dtype=np.int64)
+    occurred = np.minimum([conversion.occurred_at for conversion in conversions], received_at)
+    delays = np.maximum(occurred - decided, 0)
+    window, arms = campaign.window_us, campaign.arms
+    forgotten = decided < received_at - window - round(retention * MICROS)
+    # seconds the event id and the decision's conversion are remembered: the rest of the window, then retention
+    ttls = np.ceil(np.maximum(0.0, (decided + window - received_at) / MICROS) + retention).astype(np.int64)
+    columns = zip(
+        conversions, occurred.tolist(), (decided // campaign.bucket_width_us).tolist(),
+        ((delays > window) | forgotten).tolist(), forgotten.tolist(), ttls.tolist(),
+        bucket_of(delays / MICROS).tolist(), strict=True,
+    )  # fmt: skip
+    current, campaign_id = campaign.version, campaign.id
     prepared: list[PreparedConversion | Rejection] = []
-    for conversion, occurred_at, delay, delay_bucket in zip(conversions, occurred, delays, buckets, strict=True):
-        if conversion.arm >= len(arms):
+    for conversion, occurred_at, bucket, censored, forgot, ttl, delay_bucket in columns:
+        decision_id, arm, decided_at, pull_counted, version, _, value, event_id = conversion[1:]
+        if arm >= len(arms):
             prepared.append(Rejection(Reason.BAD_DECISION_ID, "decision names an arm the campaign does not have"))
             continue
-        # Beyond the window plus the dedup retention the service no longer remembers whether the decision
-        # converted, so a retry could not be recognised: such a late arrival is recorded and changes nothing
-        # (not even the observed delays, which a retry would count twice). That is also why a replay may
-        # forget a decision once it is that old (replay/apply.py).
-        forgotten = received_at > conversion.decided_at + window + retention_us
-        remaining = (conversion.decided_at + window - received_at) / MICROS
         record: Record = {
-            "type": "conversion", "campaign": campaign.id, "event_id": conversion.event_id,
-            "decision_id": conversion.decision_id, "arm": arms[conversion.arm],
-            "decided_at": conversion.decided_at, "occurred_at": occurred_at,
-            "received_at": received_at, "value": conversion.value,
+            "type": "conversion", "campaign": campaign_id, "event_id": event_id, "decision_id": decision_id,
+            "arm": arms[arm], "decided_at": decided_at, "occurred_at": occurred_at, "received_at": received_at,
+            "value": value,
         }  # fmt: skip
+        counts = pull_counted and version == current and not forgot
         prepared.append(
-            PreparedConversion(
-                decision_id=conversion.decision_id,
-                arm=conversion.arm,
-                bucket=conversion.decided_at // campaign.bucket_width_us,
-                value=conversion.value,
-                counts=conversion.pull_counted and conversion.version == campaign.version and not forgotten,
-                censored=delay > window or forgotten,
-                event_id=conversion.event_id,
-                dedup_ttl=math.ceil(max(0.0, remaining) + retention),
-                record=record,
-                delay_bucket=delay_bucket,
-            )
+            PreparedConversion(decision_id, arm, bucket, value, counts, censored, event_id, ttl, record, delay_bucket)
         )
     return prepared
 
