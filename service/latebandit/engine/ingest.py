@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from latebandit import metrics
 from latebandit.audit.records import Outcome
 from latebandit.campaign import Campaign
@@ -78,12 +80,15 @@ class FeedbackResult:
 
     def tally(self, campaign: Campaign, items: list[tuple[int, PreparedConversion]], outcomes: list[Outcome]) -> None:
         label = metrics.campaign_label(campaign.id)
-        delays, lags = metrics.CONVERSION_DELAY.labels(label), metrics.REPORT_LAG.labels(label)
         tally = Counter(outcomes)
         records = [prepared.record for (_, prepared), outcome in zip(items, outcomes, strict=True)
                    if outcome is not Outcome.DUPLICATE]  # fmt: skip
-        metrics.observe_all(delays, [max(0, r["occurred_at"] - r["decided_at"]) / MICROS for r in records])
-        metrics.observe_all(lags, [(r["received_at"] - r["occurred_at"]) / MICROS for r in records])
+        decided, occurred, received = (
+            np.array([record[name] for record in records], dtype=np.int64)
+            for name in ("decided_at", "occurred_at", "received_at")
+        )
+        metrics.observe_all(metrics.CONVERSION_DELAY.labels(label), np.maximum(occurred - decided, 0) / MICROS)
+        metrics.observe_all(metrics.REPORT_LAG.labels(label), (received - occurred) / MICROS)
         for outcome, count in tally.items():
             metrics.FEEDBACK.labels(label, outcome.value).inc(count)
         self.duplicates += tally[Outcome.DUPLICATE]
