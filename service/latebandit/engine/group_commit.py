@@ -2,9 +2,11 @@
 wait, and go to the store together in one script call.
 
 Each request still waits for its own result (an answered decision is recorded), a batch holds at most
-``limit`` items, and nothing waits when the worker is idle: the first item of a lane is flushed at once, in
-a task of its own, so a cancelled request never strands the others of its batch. Under load the batches
-grow by themselves to what arrived during one round trip, which is what amortises the store's per-call cost.
+``limit`` items, and nothing waits when the worker is idle: the request that finds its lane idle flushes its
+own item at once, in its own coroutine (a task per decision was a tenth of a request's CPU at one
+connection). Items arriving meanwhile wait in the lane; when that flush ends, however it ends (a cancelled
+request included), a task drains them, so none is ever stranded. Under load the batches grow by themselves
+to what arrived during one round trip, which is what amortises the store's per-call cost.
 """
 
 from __future__ import annotations
@@ -35,15 +37,26 @@ class GroupCommit(Generic[Key, Item, Result]):
         self._draining: set[asyncio.Task[None]] = set()  # strong references: the loop keeps only weak ones
 
     async def submit(self, key: Key, item: Item) -> Result:
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         lane = self._lanes.get(key)
-        if lane is None:
+        if lane is None:  # idle: this request flushes its own item
             lane = self._lanes[key] = _Lane()
-            task = asyncio.ensure_future(self._drain(key, lane))
-            self._draining.add(task)
-            task.add_done_callback(self._draining.discard)
+            try:
+                (result,) = await self._flush(key, [item])
+            finally:
+                self._hand_over(key, lane)
+            return result
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         lane.waiting.append((item, future))
         return await future
+
+    def _hand_over(self, key: Key, lane: _Lane[Item, Result]) -> None:
+        """After an idle lane's first flush: a task drains what arrived meanwhile, else the lane retires."""
+        if not lane.waiting:
+            del self._lanes[key]
+            return
+        task = asyncio.ensure_future(self._drain(key, lane))
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
 
     async def _drain(self, key: Key, lane: _Lane[Item, Result]) -> None:
         """Flush the lane until it is empty, then retire it (the next item opens a new one)."""
