@@ -1,19 +1,25 @@
 """Soak: steady load for a long time, sampling what would grow if something leaked. Not part of the tests.
 
-    .venv/bin/python -m benchmarks.soak [--minutes 10] [--rate 100] [--every 5] [--json OUT]
+    .venv/bin/python -m benchmarks.soak [--minutes 10] [--connections 16] [--batch 200] [--every 5] [--json OUT]
 
 One `latebandit serve` with two workers on real Redis (its own key prefix) and a fresh PostgreSQL audit
-database; this process sends `--rate` decisions per second (paced, not as fast as possible) on 8
-connections and a conversion batch for about half of them. Every `--every` seconds it samples the workers'
-resident memory, Redis's memory, the p50/p99 latency of /choose in the interval, and the audit backlog and
-lag from /metrics. The window (120 s) and the dedup retention (60 s) are short so that every structure
-that is bounded by them reaches its steady size within the first minutes.
+database. This process keeps `--connections` keep-alive connections busy (closed loop, with the load test's
+asyncio client, so that the service's own rate is what is soaked, not a Python client's): /choose, and a
+/feedback batch of `--batch` conversions (each once, about half of the decisions) whenever a connection has
+gathered that many. Every `--every` seconds it samples the workers' resident memory, Redis's memory and,
+of what it holds, the deduplication entries and the audit queue not yet written (both follow the rate, the
+queue also the writer's pace), the decisions and conversions per second and the p50/p99 latency of /choose
+in the interval, and the audit backlog and lag from /metrics. The window (120 s) and the dedup retention
+(60 s) are short so that every structure that is bounded by them reaches its steady size within the first
+minutes.
 At the end it compares the last fifth of the run with the second fifth (after warm-up).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import os
 import re
@@ -23,65 +29,74 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
+import orjson
 import psycopg
 import redis
 from rich.console import Console
 from rich.table import Table
 
+from latebandit.loadtest.client import post, run_load
+from latebandit.store.keys import Keys
 from tests.e2e.server import cli, running, service_env
 from tests.e2e.traffic import now_iso
 from tests.faults import children
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-CONNECTIONS = 8
+CHOOSE = post("/choose", b'{"campaign": "soak"}')
 CAMPAIGN = {
     "id": "soak", "arms": [f"arm{k}" for k in range(5)], "policy": {"name": "delayed-klucb", "params": {}},
     "delay": {"family": "exponential", "mean": 30}, "window": 120,
 }  # fmt: skip
 
 
-class Load:
-    """Paced clients: each connection sends one decision every CONNECTIONS/rate seconds."""
+class Tally:
+    """What the connections did since the last sample (they run in the load's thread)."""
 
-    def __init__(self, url: str, rate: float) -> None:
-        self.url = url
-        self.interval = CONNECTIONS / rate
-        self.latencies: list[float] = []
-        self.errors = 0
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.stop = threading.Event()
+        self.latencies: list[float] = []
+        self.conversions = 0
+        self.errors = 0
 
-    def run(self, index: int) -> None:
-        pending: list[dict] = []
-        next_at = time.monotonic() + index * self.interval / CONNECTIONS
-        with httpx.Client(base_url=self.url, timeout=10.0) as http:
-            while not self.stop.is_set():
-                time.sleep(max(0.0, next_at - time.monotonic()))
-                next_at += self.interval
-                started = time.perf_counter()
-                try:
-                    decision = http.post("/choose", json={"campaign": "soak"}).json()
-                    elapsed = time.perf_counter() - started
-                    if len(pending) < 20 and hash(decision["decision_id"]) % 2:
-                        pending.append({"type": "conversion", "decision_id": decision["decision_id"],
-                                        "occurred_at": now_iso()})  # fmt: skip
-                    if len(pending) >= 20:
-                        http.post("/feedback", json={"events": pending}).raise_for_status()
-                        pending.clear()
-                except (httpx.HTTPError, KeyError):
-                    with self.lock:
-                        self.errors += 1
-                    continue
-                with self.lock:
-                    self.latencies.append(elapsed)
-
-    def take(self) -> list[float]:
+    def take(self) -> tuple[list[float], int]:
         with self.lock:
-            taken, self.latencies = self.latencies, []
-        return taken
+            taken, self.latencies, conversions, self.conversions = self.latencies, [], self.conversions, 0
+        return taken, conversions
+
+
+class Client:
+    """One connection's session (latebandit.loadtest.client): /choose, and its conversions sent in batches."""
+
+    def __init__(self, tally: Tally, batch: int) -> None:
+        self.tally = tally
+        self.batch = batch
+        self.pending: list[dict[str, str]] = []
+        self.sent: tuple[str, float, int] = ("choose", 0.0, 0)
+
+    def next_request(self) -> tuple[str, bytes]:
+        if len(self.pending) >= self.batch:
+            events, self.pending = self.pending, []
+            self.sent = ("feedback", time.perf_counter(), len(events))
+            return "feedback", post("/feedback", orjson.dumps({"events": events}))
+        self.sent = ("choose", time.perf_counter(), 0)
+        return "choose", CHOOSE
+
+    def on_response(self, status: int, body: bytes) -> None:
+        kind, started, events = self.sent
+        with self.tally.lock:
+            if status != 200:
+                self.tally.errors += 1
+            elif kind == "feedback":
+                self.tally.conversions += events
+            else:
+                self.tally.latencies.append(time.perf_counter() - started)
+        if kind == "choose" and status == 200:
+            decision = orjson.loads(body)["decision_id"]
+            if hash(decision) % 2:
+                self.pending.append({"type": "conversion", "decision_id": decision, "occurred_at": now_iso()})
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -104,7 +119,8 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--rate", type=float, default=100.0, help="decisions per second")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=200, help="conversions per /feedback request")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -121,32 +137,36 @@ def main() -> None:
             cli(env, Path(workdir), "migrate")
             with running(env, Path(workdir), workers=2) as server, server.client() as http:
                 http.post("/campaigns", json=CAMPAIGN).raise_for_status()
-                load = Load(server.url, args.rate)
-                threads = [threading.Thread(target=load.run, args=(i,)) for i in range(CONNECTIONS)]
-                for thread in threads:
-                    thread.start()
-                store = redis.Redis.from_url(REDIS_URL)
+                tally = Tally()
+                address = urlsplit(server.url)
+                seconds = args.minutes * 60 + args.every  # the connections outlast the last sample
+                load = threading.Thread(target=asyncio.run, args=(run_load(
+                    address.hostname or "127.0.0.1", address.port or 80, functools.partial(Client, tally, args.batch),
+                    seconds, args.connections),))  # fmt: skip
+                load.start()
+                store, keys = redis.Redis.from_url(REDIS_URL), Keys(prefix)
                 started = time.monotonic()
                 while time.monotonic() - started < args.minutes * 60:
                     time.sleep(args.every)
-                    latencies = load.take()
+                    latencies, conversions = tally.take()
                     text = http.get("/metrics").text
                     sample = {
                         "t": round(time.monotonic() - started, 1),
                         "decisions_per_s": len(latencies) / args.every,
+                        "conversions_per_s": conversions / args.every,
                         "p50_ms": percentile(latencies, 50),
                         "p99_ms": percentile(latencies, 99),
                         "workers_rss_mb": rss_mb(children(server.process.pid)),
                         "redis_mb": store.info("memory")["used_memory"] / 2**20,
+                        "dedup_entries": store.zcard(keys.dedup("soak")),
+                        "audit_queue_mb": (store.memory_usage(keys.audit("soak"), samples=0) or 0) / 2**20,
                         "audit_backlog": gauge(text, "latebandit_audit_backlog"),
                         "audit_lag_s": gauge(text, "latebandit_audit_lag_seconds"),
-                        "errors": load.errors,
+                        "errors": tally.errors,
                     }
                     samples.append(sample)
                     console.print(" ".join(f"{key}={value:.1f}" for key, value in sample.items()))
-                load.stop.set()
-                for thread in threads:
-                    thread.join()
+                load.join()
                 for key in store.scan_iter(match=f"{prefix}:*", count=1000):
                     store.delete(key)
     finally:
@@ -155,14 +175,19 @@ def main() -> None:
     report(console, samples, args)
 
 
+SAMPLED = ("decisions_per_s", "conversions_per_s", "p50_ms", "p99_ms", "workers_rss_mb", "redis_mb", "dedup_entries",
+           "audit_queue_mb", "audit_backlog", "audit_lag_s")  # fmt: skip
+
+
 def report(console: Console, samples: list[dict[str, float]], args: argparse.Namespace) -> None:
     fifth = max(1, len(samples) // 5)
     early, late = samples[fifth : 2 * fifth], samples[-fifth:]
-    table = Table(title=f"soak: {args.minutes:g} min at {args.rate:g} decisions/s, sampled every {args.every:g} s")
+    title = f"soak: {args.minutes:g} min, {args.connections} connections, sampled every {args.every:g} s"
+    table = Table(title=title)
     for column in ("", "after warm-up (2nd fifth)", "last fifth", "max over the run"):
         table.add_column(column)
     summary = {}
-    for key in ("decisions_per_s", "p50_ms", "p99_ms", "workers_rss_mb", "redis_mb", "audit_backlog", "audit_lag_s"):
+    for key in SAMPLED:
         first, last = (statistics.median(s[key] for s in part) for part in (early, late))
         peak = max(s[key] for s in samples)
         summary[key] = {"early": first, "late": last, "max": peak}
