@@ -138,9 +138,9 @@ class TokenSigner:
     def verify(self, decision_id: str) -> DecisionToken:
         if not isinstance(decision_id, str) or len(decision_id) > MAX_TOKEN_LENGTH:
             raise InvalidToken("decision_id must be a string of at most 256 characters")
-        body, _, signature = decision_id.partition(".")
+        body, _, signature_text = decision_id.partition(".")
         try:
-            payload, given = _unb64(body), _unb64(signature)
+            payload, given = _unb64(body), _unb64(signature_text)
         except (binascii.Error, ValueError) as error:
             raise InvalidToken("decision_id is not a token this service issued") from error
         if payload[:1] != _KEYED_FORMAT:
