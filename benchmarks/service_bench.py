@@ -12,7 +12,8 @@ reported as a ratio to the bare endpoint measured in the same run, since the mac
 /choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated,
 patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning policy: each /choose
 claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up round of 2 s.
-/feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand.
+/feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand; besides the
+rate, the CPU a conversion costs the worker and Redis (from /proc), which the machine's noise moves less.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
 Audit: by default the production layout, ``latebandit audit-writer`` in its own process
 (LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. On this 2-core machine
@@ -55,6 +56,7 @@ from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time, wall_clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
 from tests.e2e.server import LATEBANDIT, Server, free_port, stop, wait_ready
+from tests.faults import children
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -187,14 +189,14 @@ def median(figures: list[Figures]) -> Figures:
                      "p99_ms")), sum(f.errors for f in figures))  # fmt: skip
 
 
-def feedback_rate(port: int, bodies: list[bytes], duration: int) -> tuple[float, Figures]:
-    """Conversions per second over 4 connections, each batch sent once."""
+def feedback_rate(port: int, bodies: list[bytes], duration: int) -> tuple[int, float, Figures]:
+    """Conversions sent and seconds taken over 4 connections, each batch sent once."""
     queue = iter(bodies)
     measured = asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(queue.__next__), duration, 4))
     events = measured.requests * len(orjson.loads(bodies[0].partition(b"\r\n\r\n")[2])["events"])
     figures = Figures(measured.throughput, measured.percentile(50) * 1e3, measured.percentile(99) * 1e3,
                       measured.errors)  # fmt: skip
-    return events / measured.seconds, figures
+    return events, measured.seconds, figures
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -250,18 +252,29 @@ def paused(server: Server | None) -> Iterator[None]:
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds used so far by every process of the machine, summed by command name (workers of one
     server share theirs): a profile of what saturates the machine during a run."""
-    tick = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # the process ended
-        name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        process = _process_cpu(stat)
+        if process is not None:
+            used[process[0]] = used.get(process[0], 0.0) + process[1]
     children = os.times()
     used["wrk (load, this benchmark's children)"] = children.children_user + children.children_system
     return used
+
+
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes (a server's worker and its supervisor)."""
+    return sum(process[1] for pid in pids if (process := _process_cpu(Path(f"/proc/{pid}/stat"))) is not None)
+
+
+def _process_cpu(stat: Path) -> tuple[str, float] | None:
+    """A process's command name and CPU seconds (user + system) from its /proc stat; None once it ended."""
+    try:
+        text = stat.read_text()
+    except OSError:
+        return None
+    name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
@@ -335,11 +348,16 @@ def main() -> None:
         needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
         signed = feedback_bodies(Campaign(**CAMPAIGNS["delayed-klucb"]), args.batch, needed)
         warm_up = len(signed) * 2 // (args.duration + 2)
-        feedback_rate(lb_port, signed[:warm_up], 2)
+        feedback_rate(lb_port, signed[:warm_up], 2)  # warm-up
         signed = signed[warm_up:]
         before, started = scrape(drained_by), time.monotonic()
+        worker = [latebandit.process.pid, *children(latebandit.process.pid)]
+        worker_cpu, redis_cpu = cpu_of(worker), cpu_seconds().get("redis-server", 0.0)
         with paused(writer):  # each measured alone on this machine's cores: in production they have their own
-            conversions, feedback = feedback_rate(lb_port, signed, args.duration)
+            events, seconds, feedback = feedback_rate(lb_port, signed, args.duration)
+        per_conversion = {"worker": (cpu_of(worker) - worker_cpu) * 1e6 / events,
+                          "redis": (cpu_seconds().get("redis-server", 0.0) - redis_cpu) * 1e6 / events}  # fmt: skip
+        conversions = events / seconds
         audit = audit_drain(drained_by, before, started)
         workers, busy = None, {}
         if not args.no_workers:
@@ -350,7 +368,7 @@ def main() -> None:
             before, started = cpu_seconds(), time.monotonic()
             workers = median([load(two_port, bodies["delayed-klucb"], args.duration, 64) for _ in range(args.rounds)])
             busy = cores_used(before, cpu_seconds(), time.monotonic() - started)
-        report(console, choose, conversions, feedback, audit, workers, busy, args)
+        report(console, choose, (conversions, per_conversion), feedback, audit, workers, busy, args)
     finally:
         for server in servers:
             stop(server)
@@ -359,9 +377,9 @@ def main() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-def report(console: Console, choose: dict[tuple[str, int], Figures], conversions: float, feedback: Figures,
-           audit: dict[str, float], workers: Figures | None, busy: dict[str, float],
-           args: argparse.Namespace) -> None:  # fmt: skip
+def report(console: Console, choose: dict[tuple[str, int], Figures],
+           conversions: tuple[float, dict[str, float]], feedback: Figures, audit: dict[str, float],
+           workers: Figures | None, busy: dict[str, float], args: argparse.Namespace) -> None:  # fmt: skip
     table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
     for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
                    "errors"):  # fmt: skip
@@ -383,9 +401,12 @@ def report(console: Console, choose: dict[tuple[str, int], Figures], conversions
             }
         )
     console.print(table)
-    console.print(f"/feedback, batches of {args.batch}: {conversions:,.0f} conversions/s per worker (target 50,000), "
-                  f"p99 {feedback.p99_ms:.1f} ms, errors {feedback.errors}")  # fmt: skip
-    figures["feedback"] = {"conversions_per_second": conversions, **asdict(feedback)}
+    rate, per_conversion = conversions
+    console.print(f"/feedback, batches of {args.batch}: {rate:,.0f} conversions/s per worker (target 50,000), "
+                  f"p99 {feedback.p99_ms:.1f} ms, errors {feedback.errors}; CPU a conversion: the worker's "
+                  f"{per_conversion['worker']:.1f} µs, Redis's {per_conversion['redis']:.1f} µs")  # fmt: skip
+    figures["feedback"] = {"conversions_per_second": rate, "cpu_us_per_conversion": per_conversion,
+                           **asdict(feedback)}  # fmt: skip
     during, after = audit["during_load_per_second"], audit["after_load_per_second"]
     left, lag = audit["backlog_at_load_end"], audit["largest_lag_seconds"]
     console.print(f"audit writer ({args.audit}): {during:,.0f} records/s during the /feedback load, {after:,.0f}/s "
