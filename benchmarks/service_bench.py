@@ -14,7 +14,8 @@ patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a pl
 claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up round of 2 s.
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand; besides the
 rate, the CPU a conversion costs the worker and Redis (from /proc), which the machine's noise moves less.
-Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker.
+Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker (the
+external writer paused meanwhile too), with the cores each process kept busy: what saturates.
 Audit: by default the production layout, ``latebandit audit-writer`` in its own process
 (LATEBANDIT_AUDIT_WRITER=external); ``--audit inline`` drains in the API worker instead. On this 2-core machine
 the external writer is paused (SIGSTOP) during each latebandit load, /choose and /feedback, so that the API
@@ -283,6 +284,16 @@ def cores_used(before: dict[str, float], after: dict[str, float], seconds: float
     return dict(sorted(((name, cores) for name, cores in busy.items() if cores >= 0.02), key=lambda item: -item[1]))
 
 
+def busy_load(writer: Server | None, port: int, body: bytes, duration: int, connections: int,
+              rounds: int) -> tuple[Figures, dict[str, float]]:  # fmt: skip
+    """``rounds`` /choose loads with the external writer paused, as every API load here: their median, and
+    the cores each command kept busy meanwhile."""
+    with paused(writer):
+        before, started = cpu_seconds(), time.monotonic()
+        figures = median([load(port, body, duration, connections) for _ in range(rounds)])
+        return figures, cores_used(before, cpu_seconds(), time.monotonic() - started)
+
+
 def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int]:
     port = free_port()
     command = [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)]
@@ -361,13 +372,16 @@ def main() -> None:
         audit = audit_drain(drained_by, before, started)
         workers, busy = None, {}
         if not args.no_workers:
+            _, busy["one worker, 32 connections"] = busy_load(
+                writer, lb_port, bodies["delayed-klucb"], args.duration, 32, 1
+            )
             stop(servers.pop(0))
             two, two_port = serve(env, 2, workdir)
             servers.append(two)
             load(two_port, bodies["delayed-klucb"], 2, 64)
-            before, started = cpu_seconds(), time.monotonic()
-            workers = median([load(two_port, bodies["delayed-klucb"], args.duration, 64) for _ in range(args.rounds)])
-            busy = cores_used(before, cpu_seconds(), time.monotonic() - started)
+            workers, busy["two workers, 64 connections"] = busy_load(
+                writer, two_port, bodies["delayed-klucb"], args.duration, 64, args.rounds
+            )
         report(console, choose, (conversions, per_conversion), feedback, audit, workers, busy, args)
     finally:
         for server in servers:
@@ -379,7 +393,7 @@ def main() -> None:
 
 def report(console: Console, choose: dict[tuple[str, int], Figures],
            conversions: tuple[float, dict[str, float]], feedback: Figures, audit: dict[str, float],
-           workers: Figures | None, busy: dict[str, float], args: argparse.Namespace) -> None:  # fmt: skip
+           workers: Figures | None, busy: dict[str, dict[str, float]], args: argparse.Namespace) -> None:  # fmt: skip
     table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
     for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
                    "errors"):  # fmt: skip
@@ -417,8 +431,9 @@ def report(console: Console, choose: dict[tuple[str, int], Figures],
         ratio = workers.throughput / one.throughput
         console.print(f"two workers, delayed-klucb, 64 connections: {workers.throughput:,.0f} req/s = "
                       f"{ratio:.2f}x one worker (p99 {workers.p99_ms:.1f} ms)")  # fmt: skip
-        cores = ", ".join(f"{name} {used:.2f}" for name, used in busy.items())
-        console.print(f"cores busy meanwhile ({os.cpu_count()} on this machine): {cores}")
+        for case, cores in busy.items():
+            listed = ", ".join(f"{name} {used:.2f}" for name, used in cores.items())
+            console.print(f"cores busy, {case} ({os.cpu_count()} on this machine): {listed}")
         figures["two_workers"] = {**asdict(workers), "ratio_to_one": workers.throughput / one.throughput,
                                   "cores_busy": busy}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
