@@ -363,11 +363,11 @@ def main() -> None:
         signed = signed[warm_up:]
         before, started = scrape(drained_by), time.monotonic()
         worker = [latebandit.process.pid, *children(latebandit.process.pid)]
-        worker_cpu, redis_cpu = cpu_of(worker), cpu_seconds().get("redis-server", 0.0)
         with paused(writer):  # each measured alone on this machine's cores: in production they have their own
+            worker_cpu, redis_cpu = cpu_of(worker), cpu_seconds().get("redis-server", 0.0)
             events, seconds, feedback = feedback_rate(lb_port, signed, args.duration)
-        per_conversion = {"worker": (cpu_of(worker) - worker_cpu) * 1e6 / events,
-                          "redis": (cpu_seconds().get("redis-server", 0.0) - redis_cpu) * 1e6 / events}  # fmt: skip
+            per_conversion = {"worker": (cpu_of(worker) - worker_cpu) * 1e6 / events,  # read before the writer resumes
+                              "redis": (cpu_seconds().get("redis-server", 0.0) - redis_cpu) * 1e6 / events}  # fmt: skip
         conversions = events / seconds
         audit = audit_drain(drained_by, before, started)
         workers, busy = None, {}

@@ -76,8 +76,9 @@ _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 def _unb64(text: str) -> bytes:
     """base64.urlsafe_b64decode without its layers (two per /feedback event): the same alphabet and
-    leniency; a non-ASCII character raises UnicodeEncodeError, a ValueError, as there. Two pad characters
-    always: the decoder ignores those a complete group does not need."""
+    leniency (``verify`` then accepts only the canonical spelling); a non-ASCII character raises
+    UnicodeEncodeError, a ValueError, as there. Two pad characters always: the decoder ignores those a
+    complete group does not need."""
     return binascii.a2b_base64((text + "==").encode("ascii").translate(_FROM_URLSAFE))
 
 
@@ -143,6 +144,11 @@ class TokenSigner:
             payload, given = _unb64(body), _unb64(signature_text)
         except (binascii.Error, ValueError) as error:
             raise InvalidToken("decision_id is not a token this service issued") from error
+        # Only the encoding the service issues: the decoder skips characters outside its alphabet and the
+        # last character's unused bits, and a decision's conversion is remembered by its id as sent, so
+        # another spelling of one token would count again.
+        if _b64(payload) != body or _b64(given) != signature_text:
+            raise InvalidToken("decision_id is not a token this service issued")
         if payload[:1] != _KEYED_FORMAT:
             return self._verify_legacy(payload, given)
         signature = self._signatures.get(payload[1 : 1 + _KEY_ID_BYTES])

@@ -50,6 +50,26 @@ def test_the_precomputed_signature_is_hmac_sha256(key: bytes, payload: bytes) ->
     assert _Signature(key)(payload) == hmac.digest(key, payload, "sha256")[:16]
 
 
+URLSAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def test_only_the_issued_spelling_of_an_id_verifies() -> None:
+    """Characters the base64 decoder skips, excess padding, and a last character whose unused bits differ
+    all decode to the issued token: each such spelling is refused, or a conversion sent under it would
+    count again (a decision's conversion is remembered by its id as sent)."""
+    signer = TokenSigner(SECRET)
+    issued = signer.sign(DecisionToken("c", 1, 1_767_225_600_000_000, 1, new_nonce()))
+    body, signature = issued.split(".")
+    # 16 bytes take 22 characters, whose last carries 4 unused bits (zero as issued): set one of them
+    unused_bit = signature[:-1] + URLSAFE[URLSAFE.index(signature[-1]) + 1]
+    spellings = [issued + "\n", issued + " ", issued + ".", issued + "=", f" {body}.{signature}",
+                 f"{body}.{signature[:5]} {signature[5:]}", f"{body}.{unused_bit}"]  # fmt: skip
+    for spelling in spellings:
+        with pytest.raises(InvalidToken):
+            signer.verify(spelling)
+    assert signer.verify(issued).arm == 1
+
+
 def test_the_longest_id_fits_the_contract() -> None:
     """Every field at its largest (128-character campaign, 256th arm, the last int64 microsecond)."""
     token = DecisionToken("c" * 128, 255, 2**63 - 1, 2**32 - 1, b"\xff" * 6, True)
