@@ -139,21 +139,23 @@ def main() -> None:
                 http.post("/campaigns", json=CAMPAIGN).raise_for_status()
                 tally = Tally()
                 address = urlsplit(server.url)
-                seconds = args.minutes * 60 + args.every  # the connections outlast the last sample
+                seconds = args.minutes * 60 + 2 * args.every  # the connections outlast the last sample
                 load = threading.Thread(target=asyncio.run, args=(run_load(
                     address.hostname or "127.0.0.1", address.port or 80, functools.partial(Client, tally, args.batch),
                     seconds, args.connections),))  # fmt: skip
                 load.start()
                 store, keys = redis.Redis.from_url(REDIS_URL), Keys(prefix)
-                started = time.monotonic()
+                started = last = time.monotonic()
                 while time.monotonic() - started < args.minutes * 60:
                     time.sleep(args.every)
                     latencies, conversions = tally.take()
+                    taken, last = last, time.monotonic()
+                    interval = last - taken  # the sleep and the previous sample's reads
                     text = http.get("/metrics").text
                     sample = {
-                        "t": round(time.monotonic() - started, 1),
-                        "decisions_per_s": len(latencies) / args.every,
-                        "conversions_per_s": conversions / args.every,
+                        "t": round(last - started, 1),
+                        "decisions_per_s": len(latencies) / interval,
+                        "conversions_per_s": conversions / interval,
                         "p50_ms": percentile(latencies, 50),
                         "p99_ms": percentile(latencies, 99),
                         "workers_rss_mb": rss_mb(children(server.process.pid)),

@@ -3,10 +3,13 @@ wait, and go to the store together in one script call.
 
 Each request still waits for its own result (an answered decision is recorded), a batch holds at most
 ``limit`` items, and nothing waits when the worker is idle: the request that finds its lane idle flushes its
-own item at once, in its own coroutine (a task per decision was a tenth of a request's CPU at one
-connection). Items arriving meanwhile wait in the lane; when that flush ends, however it ends (a cancelled
-request included), a task drains them, so none is ever stranded. Under load the batches grow by themselves
-to what arrived during one round trip, which is what amortises the store's per-call cost.
+own item at once, in its own coroutine (a task per decision, with the counters' old parsing, was 12 % of the
+instructions of a decision taken alone). Items arriving meanwhile wait in the lane; when that flush ends,
+however it ends (a cancelled request included), a task drains them, so none is ever stranded. Cancelling
+that request cancels its own store call, whose item is then recorded with its audit entry or not at all, as
+for a client that gave up (it is answered nothing); and a burst reaching an idle lane sends its first item
+alone, the rest one round trip later. Under load the batches grow by themselves to what arrived during one
+round trip, which is what amortises the store's per-call cost.
 """
 
 from __future__ import annotations
