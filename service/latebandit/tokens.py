@@ -144,9 +144,9 @@ class TokenSigner:
             payload, given = _unb64(body), _unb64(signature_text)
         except (binascii.Error, ValueError) as error:
             raise InvalidToken("decision_id is not a token this service issued") from error
-        # Only the encoding the service issues: the decoder skips characters outside its alphabet and the
-        # last character's unused bits, and a decision's conversion is remembered by its id as sent, so
-        # another spelling of one token would count again.
+        # Only the encoding the service issues: the decoder skips characters outside its alphabet, reads "+"
+        # and "/" as "-" and "_", and ignores excess padding and the last character's unused bits, and a
+        # decision's conversion is remembered by its id as sent, so another spelling would count again.
         if _b64(payload) != body or _b64(given) != signature_text:
             raise InvalidToken("decision_id is not a token this service issued")
         if payload[:1] != _KEYED_FORMAT:
