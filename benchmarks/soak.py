@@ -1,17 +1,19 @@
 """Soak: steady load for a long time, sampling what would grow if something leaked. Not part of the tests.
 
-    .venv/bin/python -m benchmarks.soak [--minutes 10] [--connections 16] [--batch 200] [--every 5] [--json OUT]
+    .venv/bin/python -m benchmarks.soak [--minutes 10] [--connections 16] [--feedback-every 400] [--every 5]
+                                        [--json OUT]
 
 One `latebandit serve` with two workers on real Redis (its own key prefix) and a fresh PostgreSQL audit
 database. This process keeps `--connections` keep-alive connections busy (closed loop, with the load test's
-asyncio client, so that the service's own rate is what is soaked, not a Python client's): /choose, and a
-/feedback batch of `--batch` conversions (each once, about half of the decisions) whenever a connection has
-gathered that many. Every `--every` seconds it samples the workers' resident memory, Redis's memory and,
-of what it holds, the deduplication entries and the audit queue not yet written (both follow the rate, the
-queue also the writer's pace), the decisions and conversions per second and the p50/p99 latency of /choose
-in the interval, and the audit backlog and lag from /metrics. The window (120 s) and the dedup retention
-(60 s) are short so that every structure that is bounded by them reaches its steady size within the first
-minutes.
+asyncio client, so that the service's own rate is what is soaked, not a Python client's), each playing the
+load test's ad server (latebandit/loadtest/traffic.py): /choose with a request id (some retried), half of the
+decisions converting about 2 s later, sent every `--feedback-every` decisions as one /feedback batch with
+some duplicates and re-sent batches. Every `--every` seconds it samples the workers' resident memory, Redis's
+memory and, of what it holds, the deduplication entries and the audit queue not yet written (both follow
+the rate, the queue also the writer's pace), the decisions and conversions per second and the p50/p99
+latency of /choose in the interval, and the audit backlog and lag from /metrics. The window (120 s), the
+dedup retention and the request-id memory (60 s each) are short so that every structure that is bounded by
+them reaches its steady size within the first minutes.
 At the end it compares the last fifth of the run with the second fifth (after warm-up).
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
+import itertools
 import json
 import os
 import re
@@ -31,72 +33,64 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import orjson
 import psycopg
 import redis
 from rich.console import Console
 from rich.table import Table
 
-from latebandit.loadtest.client import post, run_load
+from latebandit.loadtest.client import run_load
+from latebandit.loadtest.traffic import AdServer, Mix, Tally
 from latebandit.store.keys import Keys
 from tests.e2e.server import cli, running, service_env
-from tests.e2e.traffic import now_iso
 from tests.faults import children
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-CHOOSE = post("/choose", b'{"campaign": "soak"}')
 CAMPAIGN = {
     "id": "soak", "arms": [f"arm{k}" for k in range(5)], "policy": {"name": "delayed-klucb", "params": {}},
     "delay": {"family": "exponential", "mean": 30}, "window": 120,
 }  # fmt: skip
 
 
-class Tally:
-    """What the connections did since the last sample (they run in the load's thread)."""
+class Timed:
+    """A connection of the load test's traffic (``AdServer``) whose /choose latencies and failed requests the
+    sampler reads per interval (the load test's own client reports latencies only at its end)."""
+
+    def __init__(self, session: AdServer, timings: Timings) -> None:
+        self.session = session
+        self.timings = timings
+        self.sent: tuple[str, float] = ("choose", 0.0)
+
+    def next_request(self) -> tuple[str, bytes]:
+        kind, request = self.session.next_request()
+        self.sent = (kind, time.perf_counter())
+        return kind, request
+
+    def on_response(self, status: int, body: bytes) -> None:
+        kind, started = self.sent
+        self.timings.add(kind, status, time.perf_counter() - started)
+        self.session.on_response(status, body)
+
+
+class Timings:
+    """/choose latencies and failed requests since the last sample (the connections run in another thread)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.latencies: list[float] = []
-        self.conversions = 0
         self.errors = 0
 
-    def take(self) -> tuple[list[float], int]:
+    def add(self, kind: str, status: int, seconds: float) -> None:
         with self.lock:
-            taken, self.latencies, conversions, self.conversions = self.latencies, [], self.conversions, 0
-        return taken, conversions
-
-
-class Client:
-    """One connection's session (latebandit.loadtest.client): /choose, and its conversions sent in batches."""
-
-    def __init__(self, tally: Tally, batch: int) -> None:
-        self.tally = tally
-        self.batch = batch
-        self.pending: list[dict[str, str]] = []
-        self.sent: tuple[str, float, int] = ("choose", 0.0, 0)
-
-    def next_request(self) -> tuple[str, bytes]:
-        if len(self.pending) >= self.batch:
-            events, self.pending = self.pending, []
-            self.sent = ("feedback", time.perf_counter(), len(events))
-            return "feedback", post("/feedback", orjson.dumps({"events": events}))
-        self.sent = ("choose", time.perf_counter(), 0)
-        return "choose", CHOOSE
-
-    def on_response(self, status: int, body: bytes) -> None:
-        kind, started, events = self.sent
-        with self.tally.lock:
             if status != 200:
-                self.tally.errors += 1
-            elif kind == "feedback":
-                self.tally.conversions += events
-            else:
-                self.tally.latencies.append(time.perf_counter() - started)
-        if kind == "choose" and status == 200:
-            decision = orjson.loads(body)["decision_id"]
-            if hash(decision) % 2:
-                self.pending.append({"type": "conversion", "decision_id": decision, "occurred_at": now_iso()})
+                self.errors += 1
+            elif kind == "choose":
+                self.latencies.append(seconds)
+
+    def take(self) -> list[float]:
+        with self.lock:
+            taken, self.latencies = self.latencies, []
+        return taken
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -120,7 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=200, help="conversions per /feedback request")
+    parser.add_argument("--feedback-every", type=int, default=400, help="decisions between two /feedback batches")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -133,22 +127,30 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as workdir:
             env = service_env(Path(workdir), redis_url=REDIS_URL, redis_prefix=prefix, database_url=postgres_url,
-                              dedup_retention="60")  # fmt: skip
+                              dedup_retention="60", request_ttl="60")  # fmt: skip
             cli(env, Path(workdir), "migrate")
             with running(env, Path(workdir), workers=2) as server, server.client() as http:
                 http.post("/campaigns", json=CAMPAIGN).raise_for_status()
-                tally = Tally()
+                mix = Mix("soak", conversion_rate=0.5, feedback_every=args.feedback_every)
+                tally, timings, serial = Tally(), Timings(), itertools.count()
+
+                def connection() -> Timed:
+                    n = next(serial)
+                    return Timed(AdServer(mix, tally, f"soak{n}", seed=n), timings)
+
                 address = urlsplit(server.url)
                 seconds = args.minutes * 60 + 2 * args.every  # the connections outlast the last sample
-                load = threading.Thread(target=asyncio.run, args=(run_load(
-                    address.hostname or "127.0.0.1", address.port or 80, functools.partial(Client, tally, args.batch),
-                    seconds, args.connections),))  # fmt: skip
+                host, port = address.hostname or "127.0.0.1", address.port or 80
+                traffic = run_load(host, port, connection, seconds, args.connections)
+                load = threading.Thread(target=asyncio.run, args=(traffic,))
                 load.start()
                 store, keys = redis.Redis.from_url(REDIS_URL), Keys(prefix)
                 started = last = time.monotonic()
+                converted = 0
                 while time.monotonic() - started < args.minutes * 60:
                     time.sleep(args.every)
-                    latencies, conversions = tally.take()
+                    latencies, conversions = timings.take(), tally.conversions_sent - converted
+                    converted += conversions
                     taken, last = last, time.monotonic()
                     interval = last - taken  # the sleep and the previous sample's reads
                     text = http.get("/metrics").text
@@ -164,7 +166,7 @@ def main() -> None:
                         "audit_queue_mb": (store.memory_usage(keys.audit("soak"), samples=0) or 0) / 2**20,
                         "audit_backlog": gauge(text, "latebandit_audit_backlog"),
                         "audit_lag_s": gauge(text, "latebandit_audit_lag_seconds"),
-                        "errors": tally.errors,
+                        "errors": timings.errors,
                     }
                     samples.append(sample)
                     console.print(" ".join(f"{key}={value:.1f}" for key, value in sample.items()))
