@@ -75,6 +75,7 @@ CAMPAIGNS = {
                 "policy": {"name": "odaaf-b", "params": {"mean_delay": 100, "max_delay": 1000, "horizon": 10**8}}},
 }  # fmt: skip
 RESULTS = Path(__file__).parent / "results"
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")  # the unit of /proc's CPU times
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -275,7 +276,7 @@ def _process_cpu(stat: Path) -> tuple[str, float] | None:
     except OSError:
         return None
     name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return name, (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
 
 
 def cores_used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
