@@ -64,6 +64,7 @@ from latebandit.store.schedule import (
     Uncredited,
     next_slot,
 )
+from latebandit.store.script_calls import ScriptConnections
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
@@ -73,6 +74,7 @@ SCRIPTS = (
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
+SOCKET_TIMEOUT = 2.0  # seconds a Redis call may take before the store reports Redis unreachable
 # What hset's mapping takes. Annotated so: redis types its key as a union in an (invariant) Mapping, which
 # no dict[str, ...] matches.
 HashFields = dict[FieldT, EncodableT]
@@ -112,7 +114,7 @@ class _Cached:
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
     """A blocking pool: a burst of requests waits for a free connection instead of failing. A cluster
     client discovers the other nodes from ``url`` and routes each command (each script) by its hash tag."""
-    timeouts = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     if cluster:
         return aioredis.RedisCluster.from_url(url, max_connections=MAX_CONNECTIONS, **timeouts)
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=2.0, **timeouts)
@@ -198,12 +200,20 @@ class RedisStore:
         self._scripts: dict[str, AsyncScript] = {
             name: self.client.register_script(_load_script(name)) for name in SCRIPTS
         }
+        # One node: scripts go on connections of their own, past redis-py's per-command layers (store/script_calls.py).
+        self._direct = (
+            None
+            if isinstance(self.client, aioredis.RedisCluster)
+            else ScriptConnections(self.client, MAX_CONNECTIONS, SOCKET_TIMEOUT)
+        )
         self._cache: dict[str, _Cached] = {}
         self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self._direct is not None:
+            await self._direct.disconnect()
 
     @asynccontextmanager
     async def _reachable(self, operation: str) -> AsyncIterator[None]:
@@ -212,10 +222,10 @@ class RedisStore:
         try:
             async with self._slots:
                 yield
+        except (RedisTimeoutError, TimeoutError) as error:  # redis-py's socket timeout, or a script call's
+            raise StoreUnavailable(f"Redis unreachable: {error or 'no reply in time'}") from error
         except (RedisConnectionError, OSError) as error:
             await self._drop_idle_connections()
-            raise StoreUnavailable(f"Redis unreachable: {error}") from error
-        except RedisTimeoutError as error:
             raise StoreUnavailable(f"Redis unreachable: {error}") from error
         except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
             raise StoreUnavailable(f"Redis refused the operation: {error}") from error
@@ -229,10 +239,14 @@ class RedisStore:
         pool = getattr(self.client, "connection_pool", None)  # the cluster client manages its nodes itself
         if pool is not None:
             await pool.disconnect(inuse_connections=False)
+        if self._direct is not None:
+            await self._direct.disconnect()
 
     async def _run(self, script: str, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
         """The script's reply: its shape is that script's contract (the Lua header), which Redis leaves untyped."""
         async with self._reachable(script):
+            if self._direct is not None:
+                return await self._direct.run(self._scripts[script], keys, args)
             return await self._scripts[script](keys=list(keys), args=list(args))
 
     async def ping(self) -> None:

@@ -1,0 +1,74 @@
+"""Scripts sent on connections of their own, past redis-py's per-command layers (one Redis node).
+
+A script call through redis-py 8's client passes its retry wrapper, the blocking pool's condition and
+readiness probe, event dispatch, observability recorders and, under ``socket_timeout``, a task per write:
+117 µs of CPU a call on the benchmark machine against 50 µs for the same EVALSHA sent on one of its
+connections directly (docs/benchmarks.md, "Script calls"). /choose makes one such call per group commit,
+which at one connection is one per request, so every request paid the difference. This sends the packed
+EVALSHA on redis-py's own connection class, built from the pool's own settings (URL, TLS, AUTH, SELECT,
+RESP version, the hiredis parser), and keeps each promise the store relies on:
+
+- a call's time is bounded: one ``timeout`` over send and reply together, as ``socket_timeout`` bounded each;
+- a call cut short (timeout, cancellation, a broken socket) leaves its connection disconnected, because
+  redis-py's ``read_response`` and ``send_packed_command`` disconnect on any exception: no later call can
+  read the reply meant for it, and the connection reconnects on its next use;
+- at most ``limit`` connections: a burst waits for a free one, as with the blocking pool;
+- a script Redis no longer knows (a restart, ``SCRIPT FLUSH``) is loaded again and sent once more, as
+  redis-py's own script call does: NOSCRIPT means it did not run.
+
+A Redis Cluster routes each script to its node by hash tag; the store leaves that to redis-py's cluster client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+from redis.typing import EncodableT
+
+
+class ScriptConnections:
+    def __init__(self, client: aioredis.Redis, limit: int, timeout: float) -> None:
+        pool = client.connection_pool
+        self._client = client  # loads a script Redis lost
+        self._settings = {**pool.connection_kwargs, "socket_timeout": None}  # bounded per call instead
+        self._connection_class = pool.connection_class
+        self._idle: list[AbstractConnection] = []
+        self._free = asyncio.Semaphore(limit)
+        self._timeout = timeout
+
+    async def run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
+        """The script's reply; redis-py's ConnectionError or ResponseError, or TimeoutError, as it fails."""
+        async with self._free:
+            connection = self._idle.pop() if self._idle else self._connection_class(**self._settings)
+            try:
+                async with asyncio.timeout(self._timeout):
+                    return await self._evalsha(connection, script, keys, args)
+            finally:
+                self._idle.append(connection)  # disconnected if the call failed: it reconnects when next used
+
+    async def _evalsha(
+        self, connection: AbstractConnection, script: AsyncScript, keys: Sequence[str], args: Sequence[EncodableT]
+    ) -> Any:
+        try:
+            return await self._send(connection, script.sha, keys, args)
+        except NoScriptError:
+            script.sha = await self._client.script_load(script.script)
+            return await self._send(connection, script.sha, keys, args)
+
+    @staticmethod
+    async def _send(connection: AbstractConnection, sha: str, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
+        await connection.send_packed_command(
+            connection.pack_command("EVALSHA", sha, len(keys), *keys, *args), check_health=False
+        )
+        return await connection.read_response()
+
+    async def disconnect(self) -> None:
+        """Close the idle connections (after Redis restarted they are all dead; the next call reconnects)."""
+        for connection in self._idle:
+            await connection.disconnect()

@@ -1,0 +1,87 @@
+"""Scripts sent on the store's own connections (store/script_calls.py) keep redis-py's promises: a call cut
+short never hands its reply to a later call, a call's time is bounded, a script Redis forgot is loaded again,
+and a burst shares a bounded number of connections. Each test owns its Redis server: a slow script blocks
+the whole server, and SCRIPT FLUSH would reach every other user of a shared one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from latebandit.store.script_calls import ScriptConnections
+from tests.faults import redis_server
+
+# Busy for ARGV[1] loop turns, then answers ARGV[2]: Redis runs one script at a time, so this holds the server.
+SLOW = "local n = 0 for i = 1, tonumber(ARGV[1]) do n = n + 1 end return ARGV[2]"
+ANSWER = "return ARGV[1]"
+
+
+@pytest.fixture
+async def client(tmp_path) -> AsyncIterator[aioredis.Redis]:
+    with redis_server(tmp_path / "redis") as node:
+        client = aioredis.Redis.from_url(node.url)
+        yield client
+        await client.aclose()
+
+
+async def turns_for(client: aioredis.Redis, seconds: float) -> int:
+    """Loop turns that keep this server's Lua busy about ``seconds`` (machines differ tenfold)."""
+    turns, slow = 100_000, client.register_script(SLOW)
+    while True:
+        started = time.perf_counter()
+        await slow(args=[turns, "calibrating"])
+        if time.perf_counter() - started >= seconds / 4:
+            return int(turns * seconds / (time.perf_counter() - started))
+        turns *= 4
+
+
+async def test_a_cancelled_call_never_hands_its_reply_to_the_next(client) -> None:
+    calls = ScriptConnections(client, limit=1, timeout=30.0)  # one connection: the next call gets the same one
+    slow, answer = client.register_script(SLOW), client.register_script(ANSWER)
+    turns = await turns_for(client, 0.5)
+    first = asyncio.create_task(calls.run(slow, [], [turns, "first"]))
+    await asyncio.sleep(0.1)  # sent, and Redis is busy with it
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await calls.run(answer, [], ["second"]) == b"second"
+    await calls.disconnect()
+
+
+async def test_a_call_past_its_timeout_fails_and_the_next_gets_its_own_reply(client) -> None:
+    calls = ScriptConnections(client, limit=1, timeout=0.1)
+    slow, answer = client.register_script(SLOW), client.register_script(ANSWER)
+    turns = await turns_for(client, 0.5)
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        await calls.run(slow, [], [turns, "late"])
+    assert time.perf_counter() - started < 0.4  # bounded by the timeout, not by the script
+    await asyncio.sleep(0.6)  # the slow script has finished: its reply went to the closed connection
+    assert await calls.run(answer, [], ["own"]) == b"own"
+    await calls.disconnect()
+
+
+async def test_a_script_redis_forgot_is_loaded_again(client) -> None:
+    calls = ScriptConnections(client, limit=2, timeout=5.0)
+    answer = client.register_script(ANSWER)
+    assert await calls.run(answer, [], ["before"]) == b"before"
+    await client.script_flush()
+    assert await calls.run(answer, [], ["after"]) == b"after"
+    assert (await client.script_exists(answer.sha)) == [True]
+    await calls.disconnect()
+
+
+async def test_a_burst_shares_at_most_limit_connections(client) -> None:
+    calls = ScriptConnections(client, limit=2, timeout=30.0)
+    slow = client.register_script(SLOW)
+    turns = await turns_for(client, 0.05)
+    before = (await client.info("clients"))["connected_clients"]
+    replies = await asyncio.gather(*(calls.run(slow, [], [turns, str(n)]) for n in range(8)))
+    assert replies == [str(n).encode() for n in range(8)]
+    assert (await client.info("clients"))["connected_clients"] - before == 2
+    await calls.disconnect()
+    assert (await client.info("clients"))["connected_clients"] == before
