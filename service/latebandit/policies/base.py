@@ -55,7 +55,10 @@ class ArmStats:
 
     def successive(self, decisions: int) -> ArmStats:
         """The one-run statistics (R = 1) as ``decisions`` rows, for that many decisions taken from the same
-        statistics at once (the service's group commit): row i decides round t + i."""
+        statistics at once (the service's group commit): row i decides round t + i. One decision's rows are
+        these statistics themselves (frozen, so shared)."""
+        if decisions == 1:
+            return self
         rows: dict[str, Any] = {name: None if value is None else np.repeat(value, decisions, axis=0)
                 for name, value in self.__dict__.items() if name != "t"}  # fmt: skip
         return ArmStats(**rows, t=self.t[0] + np.arange(decisions))
@@ -240,6 +243,8 @@ class ArgmaxPolicy(Policy):
         rounds, and a random opening measured DelayedUCB's regret 4-9 % off the paper's curves."""
         index = self.index(stats)
         forced = np.isposinf(index)
+        if not forced.any():  # past every opening: the argmax alone (the same draws as the full rule below)
+            return uniform_among(_best(index, forced), rng)
         pulls = np.where(forced, np.asarray(stats.pulls, dtype=np.float64), np.inf)
         least = forced & (pulls == pulls.min(axis=1, keepdims=True))
         arms = index.shape[1]
