@@ -2,8 +2,8 @@
 
 A script call through redis-py 8's client passes its retry wrapper, the blocking pool's condition and
 readiness probe, event dispatch, observability recorders and, under ``socket_timeout``, a task per write:
-117 µs of CPU a call on the benchmark machine against 50 µs for the same EVALSHA sent on one of its
-connections directly (docs/benchmarks.md, "Script calls"). /choose makes one such call per group commit,
+115-127 µs of CPU a call on the benchmark machine against 62-74 µs for the same EVALSHA sent this way, on
+one of its connections (benchmarks/script_call_bench.py). /choose makes one such call per group commit,
 which at one connection is one per request, so every request paid the difference. This sends the packed
 EVALSHA on redis-py's own connection class, built from the pool's own settings (URL, TLS, AUTH, SELECT,
 RESP version, the hiredis parser), and keeps each promise the store relies on:
