@@ -1,7 +1,8 @@
 """Scripts sent on the store's own connections (store/script_calls.py) keep redis-py's promises: a call cut
 short never hands its reply to a later call, a call's time is bounded, a script Redis forgot is loaded again,
-and a burst shares a bounded number of connections. Each test owns its Redis server: a slow script blocks
-the whole server, and SCRIPT FLUSH would reach every other user of a shared one."""
+a burst shares a bounded number of connections, and a closed store leaves none open. Each test owns its
+Redis server: a slow script blocks the whole server, and SCRIPT FLUSH would reach every other user of a
+shared one."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from latebandit.campaign import Campaign
+from latebandit.store.redis import RedisStore
 from latebandit.store.script_calls import ScriptConnections
 from tests.faults import redis_server
 
@@ -83,5 +86,67 @@ async def test_a_burst_shares_at_most_limit_connections(client) -> None:
     replies = await asyncio.gather(*(calls.run(slow, [], [turns, str(n)]) for n in range(8)))
     assert replies == [str(n).encode() for n in range(8)]
     assert (await client.info("clients"))["connected_clients"] - before == 2
-    await calls.disconnect()
-    assert (await client.info("clients"))["connected_clients"] == before
+    await calls.close()
+    assert await clients_settle(client, before)
+
+
+async def clients_settle(client: aioredis.Redis, expected: int) -> bool:
+    """Whether the server counts ``expected`` clients within a second (it learns of a close asynchronously)."""
+    for _ in range(100):
+        if (await client.info("clients"))["connected_clients"] == expected:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_the_wait_for_a_connection_counts_in_the_timeout(client) -> None:
+    """A hung Redis sheds a burst: a call queued behind others fails by its own deadline, not theirs plus it."""
+    calls = ScriptConnections(client, limit=1, timeout=0.3)
+    slow = client.register_script(SLOW)
+    turns = await turns_for(client, 1.0)
+    started = time.perf_counter()
+    first = asyncio.create_task(calls.run(slow, [], [turns, "first"]))
+    queued = asyncio.create_task(calls.run(slow, [], [turns, "queued"]))
+    for call in (first, queued):
+        with pytest.raises(TimeoutError):
+            await call
+    assert time.perf_counter() - started < 0.5
+    await asyncio.sleep(1.0)  # Redis done with the first script
+    await calls.close()
+
+
+async def test_dropping_the_idle_connections_never_hands_a_call_a_closing_one(client) -> None:
+    calls = ScriptConnections(client, limit=4, timeout=5.0)
+    answer = client.register_script(ANSWER)
+    await calls.run(answer, [], ["warm"])  # one idle connection
+    dropping = asyncio.create_task(calls.disconnect())  # as after another call met a dead connection
+    await asyncio.sleep(0)  # the drop has started
+    assert await calls.run(answer, [], ["meanwhile"]) == b"meanwhile"
+    await dropping
+    await calls.close()
+
+
+async def test_closing_closes_a_connection_in_use_once_its_call_ends(client) -> None:
+    before = (await client.info("clients"))["connected_clients"]
+    calls = ScriptConnections(client, limit=2, timeout=5.0)
+    slow = client.register_script(SLOW)
+    turns = await turns_for(client, 0.2)
+    call = asyncio.create_task(calls.run(slow, [], [turns, "in flight"]))
+    await asyncio.sleep(0.05)
+    await calls.close()
+    assert await call == b"in flight"
+    assert await clients_settle(client, before)
+
+
+async def test_a_closed_store_leaves_no_connection_open(tmp_path) -> None:
+    """Its pool's connections (reads) and its script connections alike."""
+    with redis_server(tmp_path / "redis") as node:
+        probe = aioredis.Redis.from_url(node.url)
+        before = (await probe.info("clients"))["connected_clients"]
+        store = RedisStore(node.url, "lb")
+        campaign = Campaign(id="c", arms=["a", "b"], policy={"name": "ucb1", "params": {}}, created_at=0)
+        assert await store.create_campaign(campaign, {"type": "campaign", "campaign": "c", "action": "create"})
+        assert await store.get_campaign("c") is not None
+        await store.close()
+        assert await clients_settle(probe, before)
+        await probe.aclose()

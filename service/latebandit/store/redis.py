@@ -118,7 +118,7 @@ def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
     if cluster:
         return aioredis.RedisCluster.from_url(url, max_connections=MAX_CONNECTIONS, **timeouts)
     pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=2.0, **timeouts)
-    return aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis.from_pool(pool)  # owns it: closing the client closes the pool's connections
 
 
 def parse_counters(raw: dict[bytes, bytes], arms: int) -> Counters:
@@ -213,7 +213,7 @@ class RedisStore:
     async def close(self) -> None:
         await self.client.aclose()
         if self._direct is not None:
-            await self._direct.disconnect()
+            await self._direct.close()
 
     @asynccontextmanager
     async def _reachable(self, operation: str) -> AsyncIterator[None]:

@@ -8,13 +8,16 @@ which at one connection is one per request, so every request paid the difference
 EVALSHA on redis-py's own connection class, built from the pool's own settings (URL, TLS, AUTH, SELECT,
 RESP version, the hiredis parser), and keeps each promise the store relies on:
 
-- a call's time is bounded: one ``timeout`` over send and reply together, as ``socket_timeout`` bounded each;
+- a call's time is bounded: one ``timeout`` over waiting for a connection, sending and the reply, as the
+  pool's wait and ``socket_timeout`` bounded each (so a hung Redis sheds a burst instead of queueing it);
 - a call cut short (timeout, cancellation, a broken socket) leaves its connection disconnected, because
   redis-py's ``read_response`` and ``send_packed_command`` disconnect on any exception: no later call can
   read the reply meant for it, and the connection reconnects on its next use;
 - at most ``limit`` connections: a burst waits for a free one, as with the blocking pool;
 - a script Redis no longer knows (a restart, ``SCRIPT FLUSH``) is loaded again and sent once more, as
-  redis-py's own script call does: NOSCRIPT means it did not run.
+  redis-py's own script call does: NOSCRIPT means it did not run;
+- a new connection takes the pool's settings as they are then (a maintenance notice can move the host), and
+  one marked for reconnection is closed when its call ends, as the pool does on release.
 
 A Redis Cluster routes each script to its node by hash tag; the store leaves that to redis-py's cluster client.
 """
@@ -34,23 +37,36 @@ from redis.typing import EncodableT
 
 class ScriptConnections:
     def __init__(self, client: aioredis.Redis, limit: int, timeout: float) -> None:
-        pool = client.connection_pool
         self._client = client  # loads a script Redis lost
-        self._settings = {**pool.connection_kwargs, "socket_timeout": None}  # bounded per call instead
-        self._connection_class = pool.connection_class
+        self._pool = client.connection_pool
         self._idle: list[AbstractConnection] = []
         self._free = asyncio.Semaphore(limit)
         self._timeout = timeout
+        self._closed = False
 
     async def run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
         """The script's reply; redis-py's ConnectionError or ResponseError, or TimeoutError, as it fails."""
-        async with self._free:
-            connection = self._idle.pop() if self._idle else self._connection_class(**self._settings)
+        async with asyncio.timeout(self._timeout), self._free:
+            connection = self._idle.pop() if self._idle else self._connection()
             try:
-                async with asyncio.timeout(self._timeout):
-                    return await self._evalsha(connection, script, keys, args)
+                return await self._evalsha(connection, script, keys, args)
             finally:
-                self._idle.append(connection)  # disconnected if the call failed: it reconnects when next used
+                await self._release(connection)
+
+    def _connection(self) -> AbstractConnection:
+        """A new connection with the pool's current settings, its calls bounded by ``run`` instead."""
+        settings = {**self._pool.connection_kwargs, "socket_timeout": None}
+        if "orig_socket_timeout" in settings:  # what a maintenance notice restores the timeout to
+            settings["orig_socket_timeout"] = None
+        return self._pool.connection_class(**settings)
+
+    async def _release(self, connection: AbstractConnection) -> None:
+        """Back to the idle ones (disconnected if its call failed: it reconnects when next used), unless it
+        must reconnect or the store closed, where it is closed now."""
+        if self._closed or connection.should_reconnect():
+            await connection.disconnect(nowait=True)
+            return
+        self._idle.append(connection)
 
     async def _evalsha(
         self, connection: AbstractConnection, script: AsyncScript, keys: Sequence[str], args: Sequence[EncodableT]
@@ -69,6 +85,13 @@ class ScriptConnections:
         return await connection.read_response()
 
     async def disconnect(self) -> None:
-        """Close the idle connections (after Redis restarted they are all dead; the next call reconnects)."""
-        for connection in self._idle:
-            await connection.disconnect()
+        """Close the idle connections (after Redis restarted they are all dead; the next call reconnects).
+        They leave the idle list first, so that no call meanwhile takes one that is closing."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.disconnect(nowait=True)
+
+    async def close(self) -> None:
+        """Close every connection: the idle ones now, those of calls in flight when their call ends."""
+        self._closed = True
+        await self.disconnect()
