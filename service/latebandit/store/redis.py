@@ -74,7 +74,7 @@ SCRIPTS = (
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
 MAX_CONNECTIONS = 128
-SOCKET_TIMEOUT = 2.0  # seconds a Redis call may take before the store reports Redis unreachable
+SOCKET_TIMEOUT = 2.0  # seconds a Redis call, or the wait for a connection, may take: then Redis is unreachable
 # What hset's mapping takes. Annotated so: redis types its key as a union in an (invariant) Mapping, which
 # no dict[str, ...] matches.
 HashFields = dict[FieldT, EncodableT]
@@ -117,7 +117,9 @@ def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
     timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     if cluster:
         return aioredis.RedisCluster.from_url(url, max_connections=MAX_CONNECTIONS, **timeouts)
-    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=2.0, **timeouts)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=SOCKET_TIMEOUT, **timeouts
+    )
     return aioredis.Redis.from_pool(pool)  # owns it: closing the client closes the pool's connections
 
 
