@@ -42,6 +42,18 @@ async def turns_for(client: aioredis.Redis, seconds: float) -> int:
         turns *= 4
 
 
+async def test_redis_receives_the_arguments_redis_py_would_send(client) -> None:
+    """The store packs with hiredis, not redis-py: the keys and arguments of every kind the store sends reach
+    Redis as redis-py's own script call delivers them."""
+    calls = ScriptConnections(client, limit=1, timeout=5.0)
+    echo = client.register_script("local out = {} for _, v in ipairs(KEYS) do out[#out + 1] = v end "
+                                  "for _, v in ipairs(ARGV) do out[#out + 1] = v end return out")  # fmt: skip
+    keys = ["lb:{c}:counters", "lb:{c}:é"]
+    args = [0, -7, 2**63, 1.0, 0.1 + 0.2, -1e-300, 1e20, "", "ascii", "délai ⏳", b"", b"\x00\r\n$3\r\n\xff", repr(0.5)]
+    assert await calls.run(echo, keys, args) == await echo(keys, args)
+    await calls.disconnect()
+
+
 async def test_a_cancelled_call_never_hands_its_reply_to_the_next(client) -> None:
     calls = ScriptConnections(client, limit=1, timeout=30.0)  # one connection: the next call gets the same one
     slow, answer = client.register_script(SLOW), client.register_script(ANSWER)
