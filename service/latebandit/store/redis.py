@@ -109,6 +109,7 @@ class _Cached:
     delays: np.ndarray
     read_at: int  # the store's clock (µs) at the histogram (and delay histogram) read
     version: int  # the policy version it was read for: a policy change resets the state
+    stamp: bytes  # the counters' write stamp ``w`` when read (campaign_lib.lua's stamp_counters)
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
@@ -341,7 +342,8 @@ class RedisStore:
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
         delays = parse_delays(delays_raw, len(campaign.arms))
-        self._cache[campaign.id] = _Cached(counters, histogram, delays, self._clock(), campaign.version)
+        stamp = counters_raw.get(b"w", b"0")
+        self._cache[campaign.id] = _Cached(counters, histogram, delays, self._clock(), campaign.version, stamp)
         return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
@@ -350,23 +352,52 @@ class RedisStore:
     async def record_decisions(
         self, campaign: Campaign, pulls: Sequence[Pull], request_ids: Sequence[str | None], ttl: int
     ) -> list[DecisionResult]:
-        """One script call for the whole batch (the group commit of the engine's decisions)."""
+        """One script call for the whole batch (the group commit of the engine's decisions). It sends the
+        counters the worker holds (their decision count and write stamp): while they are current, as at one
+        worker between conversions, the script answers only the new decision count and the worker adds the
+        batch's pulls itself, sparing Redis and the worker the whole counters hash each call."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
+        cached = self._cache.get(campaign.id)
+        held = cached if cached is not None and cached.version == campaign.version else None
+        sent = held.counters if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
+        args += [sent.decisions, held.stamp] if held is not None and sent is not None else [-1, -1]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
             args += [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity),
                      orjson.dumps(pull.record), int(request_id is not None), *map(repr, pull.moments)]  # fmt: skip
-        statuses, earlier, raw = await self._run("record_decisions", keys, args)
-        counters = parse_counters(dict(zip(raw[::2], raw[1::2], strict=True)), len(campaign.arms)) if raw else None
-        cached = self._cache.get(campaign.id)
-        if counters is not None and cached is not None and cached.version == campaign.version:
-            cached.counters = counters
+        statuses, earlier, reply = await self._run("record_decisions", keys, args)
+        counters = self._counters_after(campaign, reply, sent, [pull.arm for pull, status in zip(pulls, statuses,
+                                        strict=True) if status == 0])  # fmt: skip
         return [
             _decision_result(status, stored, pull, counters)
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
+
+    def _counters_after(
+        self, campaign: Campaign, reply: int | list[bytes], sent: Counters | None, pulled: list[int]
+    ) -> Counters | None:
+        """The counters after a batch (none after a refusal), kept for the next decision: the script's whole
+        hash, or the ``sent`` ones plus the batch's new pulls (``pulled``) when it answers only their count.
+        The cache takes them unless a fresher read replaced what was sent meanwhile."""
+        cached = self._cache.get(campaign.id)
+        if isinstance(reply, int):
+            assert sent is not None, "record_decisions answers a count only to counters sent with the batch"
+            pulls = sent.pulls.copy()
+            for arm in pulled:
+                pulls[arm] += 1
+            counters = Counters(reply, pulls, sent.conversions, sent.matured)
+            if cached is not None and cached.counters is sent:
+                cached.counters = counters
+            return counters
+        if not reply:
+            return None
+        fields = dict(zip(reply[::2], reply[1::2], strict=True))
+        counters = parse_counters(fields, len(campaign.arms))
+        if cached is not None and cached.version == campaign.version:
+            cached.counters, cached.stamp = counters, fields.get(b"w", b"0")
+        return counters
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         keys = [self.keys.counters(campaign.id), self.keys.audit(campaign.id)]
@@ -556,7 +587,7 @@ class RedisStore:
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
-            _write_counters(pipe, self.keys.counters(cid), campaign, counters)
+            _write_counters(pipe, self.keys.counters(cid), campaign, counters, self._clock())
             _write_histogram(pipe, self.keys.cells(cid), histogram)
             if delays is not None and delays.any():
                 arms, buckets = np.nonzero(delays)
@@ -675,9 +706,12 @@ def _records(fields: dict[bytes, bytes]) -> list[Record]:
     return records
 
 
-def _write_counters(pipe: Pipeline | ClusterPipeline, key: str, campaign: Campaign, counters: Counters) -> None:
+def _write_counters(
+    pipe: Pipeline | ClusterPipeline, key: str, campaign: Campaign, counters: Counters, stamp: int
+) -> None:
     paused = int(campaign.status is CampaignStatus.PAUSED)
-    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version}
+    # a new write stamp: no worker's cached counters pass for these (record_decisions.lua)
+    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp}
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
         mapping[f"m:{arm}"] = int(counters.matured[arm])

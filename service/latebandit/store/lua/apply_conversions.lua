@@ -49,6 +49,7 @@ for i, event in ipairs(events) do
   audited[i] = outcome ~= 'duplicate' and outcome or ''
 end
 for field, total in pairs(sums) do redis.call('HSET', counters, field, string.format('%.17g', total)) end
+if next(sums) then stamp_counters(counters) end
 for field, count in pairs(observed) do redis.call('HINCRBY', delays, field, count) end
 for cell, count in pairs(converted) do  -- a cell folded into ``matured`` since the decision counts no more
   if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', count) end

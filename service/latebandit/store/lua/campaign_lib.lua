@@ -19,3 +19,9 @@ local function add_float(key, field, value)
   redis.call('HSET', key, field, string.format('%.17g', total))
 end
 
+
+-- The counters changed other than by recording decisions (conversions summed, cells matured): a new write
+-- stamp ('w'), so that record_decisions answers a worker whose cached counters predate it with all of them.
+local function stamp_counters(counters)
+  redis.call('HINCRBY', counters, 'w', 1)
+end
