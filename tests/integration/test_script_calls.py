@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import DataError
 
 from latebandit.campaign import Campaign
 from latebandit.store.redis import RedisStore
@@ -51,6 +52,17 @@ async def test_redis_receives_the_arguments_redis_py_would_send(client) -> None:
     keys = ["lb:{c}:counters", "lb:{c}:é"]
     args = [0, -7, 2**63, 1.0, 0.1 + 0.2, -1e-300, 1e20, "", "ascii", "délai ⏳", b"", b"\x00\r\n$3\r\n\xff", repr(0.5)]
     assert await calls.run(echo, keys, args) == await echo(keys, args)
+    await calls.disconnect()
+
+
+async def test_an_argument_redis_py_would_refuse_is_refused_as_redis_py_refuses_it(client) -> None:
+    """hiredis raises TypeError for a bool; the store maps redis-py's DataError (a RedisError) to
+    StoreUnavailable, so the call raises that, and the connection stays usable."""
+    calls = ScriptConnections(client, limit=1, timeout=5.0)
+    answer = client.register_script(ANSWER)
+    with pytest.raises(DataError):
+        await calls.run(answer, [], [True])
+    assert await calls.run(answer, [], ["next"]) == b"next"
     await calls.disconnect()
 
 

@@ -587,7 +587,7 @@ class RedisStore:
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
             pipe.set(self.keys.config(cid), campaign.model_dump_json())
-            _write_counters(pipe, self.keys.counters(cid), campaign, counters, self._clock())
+            _write_counters(pipe, self.keys.counters(cid), campaign, counters, int(self._clock()))
             _write_histogram(pipe, self.keys.cells(cid), histogram)
             if delays is not None and delays.any():
                 arms, buckets = np.nonzero(delays)

@@ -32,7 +32,7 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import DataError, NoScriptError
 from redis.typing import EncodableT
 
 
@@ -80,11 +80,15 @@ class ScriptConnections:
 
     @staticmethod
     async def _send(connection: AbstractConnection, sha: str, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
-        """Packed by hiredis (C): the same bytes as redis-py's ``pack_command`` for the str (UTF-8), bytes, int
-        and float (repr) arguments the store sends, in a sixth of its time (a decision's 18: 3.0 against 19.1 µs).
-        With it a call costs 0.52-0.55 of redis-py's, 0.58-0.61 without (benchmarks/script_call_bench.py)."""
+        """Packed by hiredis (C): the same bytes as redis-py's ``pack_command`` (at its default UTF-8 encoding)
+        for the exact str, bytes, int and float (repr) arguments the store sends, in a sixth of its time (a
+        decision's 18: 3.0 against 19.1 µs). With it a call costs 0.52-0.55 of redis-py's, 0.58-0.61 without
+        (benchmarks/script_call_bench.py)."""
         command = ("EVALSHA", sha, len(keys), *keys, *args)
-        packed = hiredis.pack_command(command)  # type: ignore[arg-type]  # its stub declares a 1-tuple
+        try:
+            packed = hiredis.pack_command(command)  # type: ignore[arg-type]  # its stub declares a 1-tuple
+        except TypeError as error:  # a bool, a NumPy integer: redis-py's encoder refuses them as DataError too
+            raise DataError(str(error)) from error
         await connection.send_packed_command(packed, check_health=False)
         return await connection.read_response()
 
