@@ -142,6 +142,11 @@ def _counter_fields(arms: int) -> tuple[list[bytes], ...]:
     return tuple([f"{kind}:{arm}".encode() for arm in range(arms)] for kind in "nsm")
 
 
+def _stamp(counters: dict[bytes, bytes]) -> bytes:
+    """The counters' write stamp ``w`` (campaign_lib.lua), '0' before any: record_decisions.lua reads it so."""
+    return counters.get(b"w", b"0")
+
+
 def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     """The cells hash as arrays. Counts and offsets stay integers all the way (an offset sum can pass
     2^53, where a float64 would round it); only the moments are floats."""
@@ -342,8 +347,8 @@ class RedisStore:
         counters = parse_counters(counters_raw, len(campaign.arms))
         histogram = parse_histogram(cells_raw, components)
         delays = parse_delays(delays_raw, len(campaign.arms))
-        stamp = counters_raw.get(b"w", b"0")
-        self._cache[campaign.id] = _Cached(counters, histogram, delays, self._clock(), campaign.version, stamp)
+        cached = _Cached(counters, histogram, delays, self._clock(), campaign.version, _stamp(counters_raw))
+        self._cache[campaign.id] = cached
         return StateSnapshot(counters, histogram, delays)
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
@@ -357,9 +362,8 @@ class RedisStore:
         worker between conversions, the script answers only the new decision count and the worker adds the
         batch's pulls itself, sparing Redis and the worker the whole counters hash each call."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        cached = self._cache.get(campaign.id)
-        held = cached if cached is not None and cached.version == campaign.version else None
-        sent = held.counters if held is not None else None
+        held = self._cache.get(campaign.id)
+        sent = held.counters if held is not None and held.version == campaign.version else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [sent.decisions, held.stamp] if held is not None and sent is not None else [-1, -1]
         for pull, request_id in zip(pulls, request_ids, strict=True):
@@ -368,25 +372,25 @@ class RedisStore:
             args += [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity),
                      orjson.dumps(pull.record), int(request_id is not None), *map(repr, pull.moments)]  # fmt: skip
         statuses, earlier, reply = await self._run("record_decisions", keys, args)
-        counters = self._counters_after(campaign, reply, sent, [pull.arm for pull, status in zip(pulls, statuses,
-                                        strict=True) if status == 0])  # fmt: skip
+        counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
         return [
             _decision_result(status, stored, pull, counters)
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
 
     def _counters_after(
-        self, campaign: Campaign, reply: int | list[bytes], sent: Counters | None, pulled: list[int]
+        self, campaign: Campaign, reply: int | list[bytes], sent: Counters | None, arms: list[int], statuses: list[int]
     ) -> Counters | None:
         """The counters after a batch (none after a refusal), kept for the next decision: the script's whole
-        hash, or the ``sent`` ones plus the batch's new pulls (``pulled``) when it answers only their count.
+        hash, or the ``sent`` ones plus the batch's new pulls (status 0) when it answers only their count.
         The cache takes them unless a fresher read replaced what was sent meanwhile."""
         cached = self._cache.get(campaign.id)
         if isinstance(reply, int):
             assert sent is not None, "record_decisions answers a count only to counters sent with the batch"
             pulls = sent.pulls.copy()
-            for arm in pulled:
-                pulls[arm] += 1
+            for arm, status in zip(arms, statuses, strict=True):
+                if status == 0:
+                    pulls[arm] += 1
             counters = Counters(reply, pulls, sent.conversions, sent.matured)
             if cached is not None and cached.counters is sent:
                 cached.counters = counters
@@ -396,7 +400,7 @@ class RedisStore:
         fields = dict(zip(reply[::2], reply[1::2], strict=True))
         counters = parse_counters(fields, len(campaign.arms))
         if cached is not None and cached.version == campaign.version:
-            cached.counters, cached.stamp = counters, fields.get(b"w", b"0")
+            cached.counters, cached.stamp = counters, _stamp(fields)
         return counters
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:

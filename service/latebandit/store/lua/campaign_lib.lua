@@ -19,9 +19,15 @@ local function add_float(key, field, value)
   redis.call('HSET', key, field, string.format('%.17g', total))
 end
 
-
--- The counters changed other than by recording decisions (conversions summed, cells matured): a new write
--- stamp ('w'), so that record_decisions answers a worker whose cached counters predate it with all of them.
+-- The counters' write stamp 'w', which record_decisions compares with the caller's: it answers a worker whose
+-- cached counters predate a change other than its own decisions with all of them. Conversions summed and cells
+-- matured bump it; counters started afresh (a new campaign, a new policy version) take one from Redis's clock,
+-- so that no worker's counters of an earlier campaign or version pass for them.
 local function stamp_counters(counters)
   redis.call('HINCRBY', counters, 'w', 1)
+end
+
+local function fresh_stamp()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', now[2])
 end

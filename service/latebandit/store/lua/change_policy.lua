@@ -1,3 +1,4 @@
+-- requires: campaign_lib
 -- Start a campaign's next policy version: the new configuration, fresh counters and histogram (pulls of an
 -- earlier version no longer count), the pause flag and the deduplication memory kept.
 -- A planning policy's schedule starts afresh too. KEYS: config, counters, cells, audit, then the schedule's
@@ -9,7 +10,6 @@ if current + 1 ~= tonumber(ARGV[2]) then return -1 end
 local paused = redis.call('HGET', KEYS[2], 'paused') or '0'
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
-local now = redis.call('TIME')  -- the write stamp (record_decisions.lua): fresh counters pass for no cached ones
-redis.call('HSET', KEYS[2], 'd', 0, 'paused', paused, 'v', ARGV[2], 'w', now[1] .. now[2])
+redis.call('HSET', KEYS[2], 'd', 0, 'paused', paused, 'v', ARGV[2], 'w', fresh_stamp())
 redis.call('XADD', KEYS[4], '*', 'r', ARGV[3])
 return 1
