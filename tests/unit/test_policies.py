@@ -4,6 +4,7 @@ a Monte Carlo coverage check of the Vernade 2017 indices (vernade2017.md §3.7).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -15,6 +16,7 @@ from scipy import integrate, stats
 
 from latebandit.delays.tail import BUCKETS
 from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
+from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
 DELAYED = {"delayed-ucb", "delayed-klucb"}
@@ -324,6 +326,30 @@ def test_batch_equals_one_run_calls(policy: Policy) -> None:
     one_by_one = [policy.choose(single, rng) for single in singles]
     np.testing.assert_array_equal(batch.arm, [choice.arm[0] for choice in one_by_one])
     np.testing.assert_array_equal(batch.propensity, [choice.propensity[0] for choice in one_by_one])
+
+
+def rows_of(stats: ArmStats, first: int, count: int) -> ArmStats:
+    """Rows ``first`` .. ``first + count - 1`` as a batch of ``count`` runs."""
+    return ArmStats(
+        **{key: None if value is None else value[first : first + count] for key, value in vars(stats).items()}
+    )
+
+
+@pytest.mark.parametrize("policy", [p for p in all_policies(4) if isinstance(p, ArgmaxPolicy)], ids=lambda p: p.name)
+def test_small_batches_argmax_is_the_array_rule_draw_for_draw(policy: Policy) -> None:
+    """Up to SMALL_ARGMAX indices, ArgmaxPolicy.choose takes a plain-Python argmax: the same arms, propensities
+    and probabilities as the NumPy rule of a large batch, from the same uniforms, leaving the generator where
+    that batch leaves it (runs of 1, 2 and 3 rows, ties and openings among them)."""
+    counts = [1, 2, 3] * 34
+    data = random_stats(np.random.default_rng(12), sum(counts), 4)
+    assert data.pulls.size > SMALL_ARGMAX
+    large_rng, small_rng = np.random.default_rng(13), np.random.default_rng(13)
+    large = policy.choose(data, large_rng)
+    firsts = itertools.accumulate(counts[:-1], initial=0)
+    small = [policy.choose(rows_of(data, first, count), small_rng) for first, count in zip(firsts, counts, strict=True)]
+    for name in ("arm", "propensity", "probabilities"):
+        np.testing.assert_array_equal(getattr(large, name), np.concatenate([getattr(one, name) for one in small]))
+    assert small_rng.random() == large_rng.random()
 
 
 @pytest.mark.parametrize("policy", all_policies(3), ids=lambda policy: policy.name)

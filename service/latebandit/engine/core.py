@@ -243,7 +243,7 @@ class DecisionEngine:
             return standing.draw(decisions, self.rng)
         stats = await self._stats(campaign, state, now)
         policy = self.planner.policy_for(campaign, stats)
-        standing = StandingChoice.of(campaign, state, policy.standing(stats)[0], GROUP_LIMIT)
+        standing = StandingChoice.of(campaign, state, policy.standing(stats)[0], GROUP_LIMIT) if policy.stands else None
         if standing is not None:
             self._standing[campaign.id] = standing
             return standing.draw(decisions, self.rng)
