@@ -9,6 +9,7 @@ result with the same code (replay/apply.py), so a replay of the log applies exac
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -27,9 +28,10 @@ from latebandit.engine.directory import MAX_MOVES, CampaignDirectory, UnknownCam
 from latebandit.engine.group_commit import GroupCommit
 from latebandit.engine.ingest import BatchIngest, Ingest
 from latebandit.engine.planner import Planner
+from latebandit.engine.prepared import PreparedChoice
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
 from latebandit.engine.standing import StandingChoice
-from latebandit.policies.base import ArmStats
+from latebandit.policies.base import ArmStats, Policy
 from latebandit.policies.floor import with_floor
 from latebandit.policies.guha import GuhaBayes
 from latebandit.store.base import (
@@ -104,6 +106,7 @@ class DecisionEngine:
         self.planner = Planner()
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
         self._standing: dict[str, StandingChoice] = {}  # per campaign, while its statistics stand
+        self._prepared: dict[str, PreparedChoice] = {}  # per campaign, its next decision's choice
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
         self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
         self._publishing = threading.Lock()
@@ -218,7 +221,7 @@ class DecisionEngine:
         return self._answer(campaign, result, outcome)
 
     async def _decide_together(
-        self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]
+        self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
         """The decisions of one group commit: one policy call for the whole batch (each row its own draw),
         one store call to record them. Taken at the batch's time, from the same statistics."""
@@ -231,13 +234,20 @@ class DecisionEngine:
             self._pull(campaign, arm, propensity, now, request_id)
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
-        return await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
+        results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
+        if len(requests) == 1 and campaign.id not in self._standing:  # its policy called: prepare the next one
+            asyncio.get_running_loop().call_soon(self._prepare_next, key, campaign)
+        return results
 
     async def _choose(
         self, campaign: Campaign, state: StateSnapshot, now: int, decisions: int
     ) -> list[tuple[int, float]]:
-        """Arms and propensities for ``decisions`` successive decisions: drawn from the campaign's standing
-        choice while its statistics stand (engine/standing.py), else from the policy's own call."""
+        """Arms and propensities for ``decisions`` successive decisions: the choice prepared for exactly these
+        statistics (engine/prepared.py), drawn from the campaign's standing choice while its statistics stand
+        (engine/standing.py), else from the policy's own call."""
+        prepared = self._prepared.pop(campaign.id, None)
+        if prepared is not None and prepared.serves(campaign, state, decisions):
+            return [(prepared.arm, prepared.propensity)]
         standing = self._standing.get(campaign.id)
         if standing is not None and standing.serves(campaign, state, decisions):
             return standing.draw(decisions, self.rng)
@@ -248,8 +258,27 @@ class DecisionEngine:
             self._standing[campaign.id] = standing
             return standing.draw(decisions, self.rng)
         self._standing.pop(campaign.id, None)
+        return self._policy_call(campaign, policy, stats, decisions)
+
+    def _policy_call(
+        self, campaign: Campaign, policy: Policy, stats: ArmStats, decisions: int
+    ) -> list[tuple[int, float]]:
         choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
         return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
+
+    def _prepare_next(self, key: tuple[str, int], campaign: Campaign) -> None:
+        """After a lone decision from the policy's call, once it is answered: the next one, from the
+        statistics the next decision will read if nothing else writes first (engine/prepared.py). Not while
+        decisions are queued, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for
+        a planned policy (its plan may change before the next decision)."""
+        if self._decisions.busy(key) or self.planner.plans(campaign):
+            return
+        state = self.store.held(campaign, self.options.snapshot_interval)
+        seen = self._exposures.get(campaign.id)
+        if state is None or seen is None or seen[0] is not state.histogram:
+            return
+        ((arm, propensity),) = self._policy_call(campaign, campaign.policy_impl, arm_stats(state, seen[1]), 1)
+        self._prepared[campaign.id] = PreparedChoice(campaign, state.counters, state.histogram, arm, propensity)
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""

@@ -52,6 +52,10 @@ class GroupCommit(Generic[Key, Item, Result]):
         lane.waiting.append((item, future))
         return await future
 
+    def busy(self, key: Key) -> bool:
+        """Whether a flush of ``key`` is in flight or items wait for one."""
+        return key in self._lanes
+
     def _hand_over(self, key: Key, lane: _Lane[Item, Result]) -> None:
         """After an idle lane's first flush: a task drains what arrived meanwhile, else the lane retires."""
         if not lane.waiting:

@@ -43,6 +43,11 @@ class Planner:
             return unplanned
         return current
 
+    @staticmethod
+    def plans(campaign: Campaign) -> bool:
+        """Whether the campaign's policy decides from a plan solved here."""
+        return isinstance(campaign.policy_impl, GuhaBayes)
+
     def planned(self, campaign: Campaign) -> GuhaBayes | None:
         entry = self._ready.get(campaign.id)
         return entry[1] if entry is not None and entry[0] == campaign.version else None

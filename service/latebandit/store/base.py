@@ -181,6 +181,11 @@ class StateStore(AuditQueue, Protocol):
         arrays are modified after it is returned (a later write builds new ones)."""
         ...
 
+    def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
+        """What ``snapshot(campaign, max_age)`` would return now without any I/O, the same objects, if the
+        store holds it; else None (a store that builds new arrays for every snapshot holds nothing)."""
+        ...
+
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         """Atomically: return the earlier decision of ``request_id``; else refuse (UNKNOWN, MOVED, PAUSED, in
         that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record."""

@@ -122,6 +122,10 @@ class MemoryStore:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
         return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())
 
+    def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
+        """None: every snapshot copies the counters, so none is held."""
+        return None
+
     @staticmethod
     def _histogram(memory: CampaignMemory) -> Histogram:
         cells = list(memory.cells.items())

@@ -315,13 +315,10 @@ class RedisStore:
         keep the previous histogram instead of all reading (and parsing) the same hash at once."""
         if max_age <= 0:
             return await self._read(campaign)
-        cached = self._cache.get(campaign.id)
-        if cached is not None and cached.version != campaign.version:
-            cached = None  # read under another policy version, whose state a policy change has reset
-        # The store's clock, as the decisions' times: a test's or a replay's clock ages the snapshot too. A
-        # clock set back makes the age negative: read again rather than keep the snapshot until it catches up.
-        if cached is not None and 0 <= self._clock() - cached.read_at <= max_age * MICROS:
-            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+        held = self.held(campaign, max_age)
+        if held is not None:
+            return held
+        cached = self._held_for(campaign)
         key = (campaign.id, campaign.version)
         refresh = self._refreshing.get(key)
         if refresh is None:
@@ -331,6 +328,20 @@ class RedisStore:
         if cached is not None and not refresh.done():
             return StateSnapshot(cached.counters, cached.histogram, cached.delays)
         return await asyncio.shield(refresh)
+
+    def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
+        """The worker's counters and a histogram read at most ``max_age`` seconds old, if it holds them. The
+        store's clock, as the decisions' times: a test's or a replay's clock ages the snapshot too. A clock set
+        back makes the age negative: read again rather than keep the snapshot until it catches up."""
+        cached = self._held_for(campaign)
+        if cached is None or not 0 <= self._clock() - cached.read_at <= max_age * MICROS:
+            return None
+        return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+
+    def _held_for(self, campaign: Campaign) -> _Cached | None:
+        """The cached state, unless it was read under another policy version (whose state a change reset)."""
+        cached = self._cache.get(campaign.id)
+        return cached if cached is not None and cached.version == campaign.version else None
 
     def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
         self._refreshing.pop(key, None)
@@ -362,10 +373,10 @@ class RedisStore:
         worker between conversions, the script answers only the new decision count and the worker adds the
         batch's pulls itself, sparing Redis and the worker the whole counters hash each call."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        held = self._cache.get(campaign.id)
-        sent = held.counters if held is not None and held.version == campaign.version else None
+        held = self._held_for(campaign)
+        sent = held.counters if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
-        args += [sent.decisions, held.stamp] if held is not None and sent is not None else [-1, -1]
+        args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
@@ -384,7 +395,7 @@ class RedisStore:
         """The counters after a batch (none after a refusal), kept for the next decision: the script's whole
         hash, or the ``sent`` ones plus the batch's new pulls (status 0) when it answers only their count.
         The cache takes them unless a fresher read replaced what was sent meanwhile."""
-        cached = self._cache.get(campaign.id)
+        cached = self._held_for(campaign)
         if isinstance(reply, int):
             assert sent is not None, "record_decisions answers a count only to counters sent with the batch"
             pulls = sent.pulls.copy()
@@ -399,7 +410,7 @@ class RedisStore:
             return None
         fields = dict(zip(reply[::2], reply[1::2], strict=True))
         counters = parse_counters(fields, len(campaign.arms))
-        if cached is not None and cached.version == campaign.version:
+        if cached is not None:
             cached.counters, cached.stamp = counters, _stamp(fields)
         return counters
 

@@ -1,0 +1,37 @@
+"""A policy's next choice, computed while the worker waits for the next request instead of in it.
+
+A policy that does not stand (patient-bandits: engine/standing.py) pays its NumPy call on every decision, the
+largest part of a lone decision's time after the store's round trip. Once a decision of one request has been
+recorded, the next decision's statistics are already known: the counters this worker just wrote and the
+histogram read it holds. The engine then computes the next choice after answering (a callback that runs
+once the response is written) and keeps it here; the next request takes it only if it decides alone from
+exactly those statistics: the same campaign object (policy version, floor), the same counters object and the
+same histogram read, compared by identity, so that any other write (another worker's decision, a conversion,
+a new histogram read) discards it. The choice is then the one the policy call would have made, from the same
+statistics and fresh uniforms: the same law, only computed earlier. Nothing is prepared while decisions are
+queued: they go as one batch, which a single prepared choice does not serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from latebandit.campaign import Campaign
+from latebandit.store.base import Counters, Histogram, StateSnapshot
+
+
+@dataclass(frozen=True)
+class PreparedChoice:
+    campaign: Campaign  # the configuration it was computed under (compared by identity)
+    counters: Counters  # the counters it was computed from (by identity: every write builds new ones)
+    histogram: Histogram  # the histogram read it was computed from (by identity)
+    arm: int
+    propensity: float
+
+    def serves(self, campaign: Campaign, state: StateSnapshot, decisions: int) -> bool:
+        return (
+            decisions == 1
+            and campaign is self.campaign
+            and state.counters is self.counters
+            and state.histogram is self.histogram
+        )

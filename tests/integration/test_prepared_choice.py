@@ -1,0 +1,133 @@
+"""A non-standing policy's next choice, prepared after a lone decision is answered (engine/prepared.py), on
+real Redis: it is what the policy computes from the statistics the next decision reads, with the uniforms
+the engine's generator held when it was prepared; the next request then draws nothing. A new histogram read
+or a new policy version discards it (the request calls the policy itself); what the worker's view does not
+see yet (another worker's decision, a conversion) keeps it, as it keeps the view the request would read."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import numpy as np
+import pytest
+
+from latebandit.campaign import Campaign, CampaignSpec, PolicyChange
+from latebandit.delays.exposure import exposure
+from latebandit.engine.core import DecisionEngine, EngineOptions
+from latebandit.engine.describe import arm_stats
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS, format_time
+from latebandit.tokens import TokenSigner
+from tests.integration.test_store_contract import T0
+
+pytestmark = pytest.mark.redis
+
+SECRET = "prepared-choice-test-secret-0123456789abcdef"
+INTERVAL = 1.0  # seconds a histogram read is reused (EngineOptions.snapshot_interval)
+SPEC = CampaignSpec(id="patient", arms=["a", "b", "c"], policy={"name": "patient-bandits"}, window=3600.0)
+
+
+class Workers:
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self.now = T0
+        self.stores = [RedisStore(redis_url, prefix, clock=self.clock) for _ in range(2)]
+        options = EngineOptions(snapshot_interval=INTERVAL)
+        self.first, self.second = (
+            DecisionEngine(store, TokenSigner(SECRET), self.clock, np.random.default_rng(seed), options)
+            for seed, store in enumerate(self.stores)
+        )
+
+    def clock(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+async def workers(redis_url: str, redis_prefix: str) -> AsyncIterator[Workers]:
+    deployment = Workers(redis_url, redis_prefix)
+    await deployment.first.create_campaign(SPEC)
+    yield deployment
+    for store in deployment.stores:
+        await store.close()
+
+
+def expected_choice(engine: DecisionEngine, campaign: Campaign, rng: np.random.Generator) -> tuple[str, float]:
+    """The policy's choice from the statistics the engine's store holds now, computed here from the store's
+    snapshot with the module functions (the clock stands still, so Ñ is the histogram read's)."""
+    state = engine.store.held(campaign, INTERVAL)
+    assert state is not None
+    choice = campaign.policy_impl.choose_together(arm_stats(state, exposure(campaign, state, T0)), 1, rng)
+    return campaign.arms[int(choice.arm[0])], float(choice.propensity[0])
+
+
+async def decide_drawing(engine: DecisionEngine) -> tuple[tuple[str, float], bool]:
+    """A decision, and whether the request itself drew uniforms (it called the policy)."""
+    before = copy.deepcopy(engine.rng.bit_generator.state)
+    decision = await engine.choose(SPEC.id)
+    return (decision.arm, decision.propensity), engine.rng.bit_generator.state != before
+
+
+async def past_the_opening(engine: DecisionEngine) -> None:
+    for _ in SPEC.arms:
+        await engine.choose(SPEC.id)
+
+
+async def test_the_next_choice_is_the_policys_own_computed_after_the_answer(workers: Workers) -> None:
+    engine = workers.first
+    await past_the_opening(engine)
+    for _ in range(30):
+        campaign = await engine.campaign(SPEC.id)
+        expected = expected_choice(engine, campaign, copy.deepcopy(engine.rng))
+        await asyncio.sleep(0)  # the answered decision's callback prepares the next one
+        chosen, drew = await decide_drawing(engine)
+        assert (chosen, drew) == (expected, False)
+
+
+async def convert_one(workers: Workers) -> None:
+    decision = await workers.second.choose(SPEC.id)
+    event = {"type": "conversion", "decision_id": decision.decision_id, "occurred_at": format_time(workers.now)}
+    assert (await workers.first.feedback([event])).accepted == 1
+
+
+async def fresh_read(workers: Workers) -> None:
+    """The worker's store reads the state anew, as its refresh of an expired histogram read does."""
+    workers.now += int(INTERVAL * MICROS) // 10
+    await workers.first.store.snapshot(await workers.first.campaign(SPEC.id), 0.0)
+
+
+async def new_version(workers: Workers) -> None:
+    await workers.first.change_policy(SPEC.id, PolicyChange(policy={"name": "patient-bandits", "params": {"kappa": 2}}))
+
+
+async def other_decision(workers: Workers) -> None:
+    await workers.second.choose(SPEC.id)
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "kept"), [(other_decision, True), (convert_one, True), (fresh_read, False), (new_version, False)]
+)
+async def test_a_prepared_choice_serves_only_the_statistics_it_was_computed_from(
+    workers: Workers, meanwhile: Callable[[Workers], Awaitable[None]], kept: bool
+) -> None:
+    await past_the_opening(workers.first)
+    await workers.first.choose(SPEC.id)
+    await asyncio.sleep(0)
+    await meanwhile(workers)
+    await asyncio.sleep(0)
+    _, drew = await decide_drawing(workers.first)
+    assert drew is not kept
+    await asyncio.sleep(0)
+    _, drew = await decide_drawing(workers.first)  # and the next one is prepared again
+    assert not drew
+
+
+async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Workers) -> None:
+    engine = workers.first
+    await past_the_opening(engine)
+    await asyncio.sleep(0)
+    decisions = await asyncio.gather(*(engine.choose(SPEC.id) for _ in range(3)))
+    assert len({decision.decision_id for decision in decisions}) == 3  # the first alone, two together
+    await asyncio.sleep(0)
+    _, drew = await decide_drawing(engine)
+    assert drew
