@@ -4,7 +4,9 @@
 
 A policy that stands (engine/standing.py) pays ``standing`` once per histogram read, conversion or 64
 decisions and a uniform draw per decision; one that does not (patient-bandits) pays ``choose_together`` on
-every decision. Statistics of one run, past the opening (no arm forced), as the service passes them.
+every batch of decisions: for a decision taken alone, after the previous one was answered (engine/prepared.py),
+for two or more (under load) in the request. Statistics of one run, past the opening (no arm forced), as the
+service passes them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3_000)
     args = parser.parse_args()
     table = Table(title=f"µs of CPU a call, best of 3 x {args.calls:,} calls")
-    for column in ("policy", "arms", "stands", "choose_together, 1 decision", "standing"):
+    for column in ("policy", "arms", "stands", "choose_together, 1 decision", "2 decisions", "standing"):
         table.add_column(column)
     rng = np.random.default_rng(1)
     for name, spec in CAMPAIGNS.items():
@@ -42,7 +44,8 @@ def main() -> None:
         if campaign.plans:
             continue  # a planning policy claims slots of a schedule: no per-decision policy call
         policy, stats = campaign.policy_impl, statistics(len(campaign.arms))
-        calls = (functools.partial(policy.choose_together, stats, 1, rng), functools.partial(policy.standing, stats))
+        calls = (*(functools.partial(policy.choose_together, stats, decisions, rng) for decisions in (1, 2)),
+                 functools.partial(policy.standing, stats))  # fmt: skip
         timings = [min(timeit.repeat(call, number=args.calls, repeat=3)) * 1e6 / args.calls for call in calls]
         table.add_row(name, str(len(campaign.arms)), str(policy.stands), *(f"{t:.1f}" for t in timings))
     Console(width=120).print(table)
