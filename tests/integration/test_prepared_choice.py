@@ -61,16 +61,28 @@ def expected_choice(engine: DecisionEngine, campaign: Campaign, rng: np.random.G
     return campaign.arms[int(choice.arm[0])], float(choice.propensity[0])
 
 
-async def decide_drawing(engine: DecisionEngine) -> tuple[tuple[str, float], bool]:
-    """A decision, and whether the request itself drew uniforms (it called the policy)."""
+def uniforms_between(before: dict, after: dict) -> int:
+    """How many uniforms a generator drew to go from state ``before`` to ``after``."""
+    probe = np.random.Generator(np.random.PCG64())
+    probe.bit_generator.state = before
+    for drawn in range(16):
+        if probe.bit_generator.state == after:
+            return drawn
+        probe.random()
+    raise AssertionError("more than 15 uniforms drawn")
+
+
+async def decide_drawing(engine: DecisionEngine, campaign_id: str = SPEC.id) -> tuple[tuple[str, float], int]:
+    """A decision, and how many uniforms the request itself drew: 0 from a prepared choice, 1 from a standing
+    one, K (one per arm) from the argmax policy's own call."""
     before = copy.deepcopy(engine.rng.bit_generator.state)
-    decision = await engine.choose(SPEC.id)
-    return (decision.arm, decision.propensity), engine.rng.bit_generator.state != before
+    decision = await engine.choose(campaign_id)
+    return (decision.arm, decision.propensity), uniforms_between(before, engine.rng.bit_generator.state)
 
 
-async def past_the_opening(engine: DecisionEngine) -> None:
+async def past_the_opening(engine: DecisionEngine, campaign_id: str = SPEC.id) -> None:
     for _ in SPEC.arms:
-        await engine.choose(SPEC.id)
+        await engine.choose(campaign_id)
 
 
 async def test_the_next_choice_is_the_policys_own_computed_after_the_answer(workers: Workers) -> None:
@@ -80,8 +92,7 @@ async def test_the_next_choice_is_the_policys_own_computed_after_the_answer(work
         campaign = await engine.campaign(SPEC.id)
         expected = expected_choice(engine, campaign, copy.deepcopy(engine.rng))
         await asyncio.sleep(0)  # the answered decision's callback prepares the next one
-        chosen, drew = await decide_drawing(engine)
-        assert (chosen, drew) == (expected, False)
+        assert await decide_drawing(engine) == (expected, 0)
 
 
 async def convert_one(workers: Workers) -> None:
@@ -115,11 +126,11 @@ async def test_a_prepared_choice_serves_only_the_statistics_it_was_computed_from
     await asyncio.sleep(0)
     await meanwhile(workers)
     await asyncio.sleep(0)
-    _, drew = await decide_drawing(workers.first)
-    assert drew is not kept
+    _, drawn = await decide_drawing(workers.first)
+    assert drawn == (0 if kept else len(SPEC.arms))
     await asyncio.sleep(0)
-    _, drew = await decide_drawing(workers.first)  # and the next one is prepared again
-    assert not drew
+    _, drawn = await decide_drawing(workers.first)  # and the next one is prepared again
+    assert drawn == 0
 
 
 async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Workers) -> None:
@@ -129,5 +140,17 @@ async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Worke
     decisions = await asyncio.gather(*(engine.choose(SPEC.id) for _ in range(3)))
     assert len({decision.decision_id for decision in decisions}) == 3  # the first alone, two together
     await asyncio.sleep(0)
-    _, drew = await decide_drawing(engine)
-    assert drew
+    _, drawn = await decide_drawing(engine)
+    assert drawn == len(SPEC.arms)
+
+
+async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers: Workers) -> None:
+    """Nothing is prepared for a policy that stands: past its opening each decision is one uniform drawn from
+    its standing law (engine/standing.py), never a prepared choice."""
+    engine = workers.first
+    await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": "ucb1"}}))
+    await past_the_opening(engine, "standing")
+    for _ in range(10):
+        await asyncio.sleep(0)
+        _, drawn = await decide_drawing(engine, "standing")
+        assert drawn == 1

@@ -16,7 +16,8 @@ from scipy import integrate, stats
 
 from latebandit.delays.tail import BUCKETS
 from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, make_policy
-from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy
+from latebandit.policies import base as policies_base
+from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy, Choice
 
 INDEX_POLICIES = ["ucb1", "klucb", "delayed-ucb", "delayed-klucb"]
 DELAYED = {"delayed-ucb", "delayed-klucb"}
@@ -336,10 +337,18 @@ def rows_of(stats: ArmStats, first: int, count: int) -> ArmStats:
 
 
 @pytest.mark.parametrize("policy", [p for p in all_policies(4) if isinstance(p, ArgmaxPolicy)], ids=lambda p: p.name)
-def test_small_batches_argmax_is_the_array_rule_draw_for_draw(policy: Policy) -> None:
+def test_small_batches_argmax_is_the_array_rule_draw_for_draw(policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
     """Up to SMALL_ARGMAX indices, ArgmaxPolicy.choose takes a plain-Python argmax: the same arms, propensities
     and probabilities as the NumPy rule of a large batch, from the same uniforms, leaving the generator where
     that batch leaves it (runs of 1, 2 and 3 rows, ties and openings among them)."""
+    taken: list[int] = []
+    plain = policies_base._argmax_of_rows
+
+    def counted(rows: list[list[float]], rng: np.random.Generator) -> Choice:
+        taken.append(len(rows))
+        return plain(rows, rng)
+
+    monkeypatch.setattr(policies_base, "_argmax_of_rows", counted)
     counts = [1, 2, 3] * 34
     data = random_stats(np.random.default_rng(12), sum(counts), 4)
     assert data.pulls.size > SMALL_ARGMAX
@@ -350,6 +359,7 @@ def test_small_batches_argmax_is_the_array_rule_draw_for_draw(policy: Policy) ->
     for name in ("arm", "propensity", "probabilities"):
         np.testing.assert_array_equal(getattr(large, name), np.concatenate([getattr(one, name) for one in small]))
     assert small_rng.random() == large_rng.random()
+    assert set(taken) == {1, 2, 3}  # the plain-Python path decided runs of every size (the others: an opening)
 
 
 @pytest.mark.parametrize("policy", all_policies(3), ids=lambda policy: policy.name)

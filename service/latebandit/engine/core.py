@@ -54,6 +54,7 @@ class CampaignExists(ValueError):
 
 
 GROUP_LIMIT = 64  # decisions recorded by one script call at most (the store's per-call cost is amortised long before)
+ANSWERED = (DecisionStatus.NEW, DecisionStatus.REPEATED)  # a decision recorded, or its request's earlier one
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ class DecisionEngine:
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
-        if len(requests) == 1 and campaign.id not in self._standing:  # its policy called: prepare the next one
+        if len(requests) == 1 and not campaign.policy_impl.stands and results[0].status in ANSWERED:
             asyncio.get_running_loop().call_soon(self._prepare_next, key, campaign)
         return results
 
@@ -267,10 +268,11 @@ class DecisionEngine:
         return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
 
     def _prepare_next(self, key: tuple[str, int], campaign: Campaign) -> None:
-        """After a lone decision from the policy's call, once it is answered: the next one, from the
-        statistics the next decision will read if nothing else writes first (engine/prepared.py). Not while
-        decisions are queued, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for
-        a planned policy (its plan may change before the next decision)."""
+        """After a lone decision of a policy that does not stand, once it is answered: the next one, from the
+        statistics the next decision will read if nothing else writes first (engine/prepared.py). Not for a
+        policy that stands (its standing choice serves it, engine/standing.py), not while decisions are
+        queued, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for a planned
+        policy (its plan may change before the next decision)."""
         if self._decisions.busy(key) or self.planner.plans(campaign):
             return
         state = self.store.held(campaign, self.options.snapshot_interval)
@@ -278,7 +280,7 @@ class DecisionEngine:
         if state is None or seen is None or seen[0] is not state.histogram:
             return
         ((arm, propensity),) = self._policy_call(campaign, campaign.policy_impl, arm_stats(state, seen[1]), 1)
-        self._prepared[campaign.id] = PreparedChoice(campaign, state.counters, state.histogram, arm, propensity)
+        self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""

@@ -5,11 +5,12 @@ largest part of a lone decision's time after the store's round trip. Once a deci
 recorded, the next decision's statistics are already known: the counters this worker just wrote and the
 histogram read it holds. The engine then computes the next choice after answering (a callback that runs
 once the response is written) and keeps it here; the next request takes it only if it decides alone from
-exactly those statistics: the same campaign object (policy version, floor), the same counters object and the
-same histogram read, compared by identity, so that any other write (another worker's decision, a conversion,
-a new histogram read) discards it. The choice is then the one the policy call would have made, from the same
-statistics and fresh uniforms: the same law, only computed earlier. Nothing is prepared while decisions are
-queued: they go as one batch, which a single prepared choice does not serve.
+exactly those statistics: the same campaign object (policy version, floor), the same counters and the same
+histogram and delay histogram read, compared by identity: whatever changes them (a reply that brings another
+worker's writes, a new histogram read, a policy change) builds new ones, and discards it. The choice is then the one
+the policy call would have made, from the same statistics and fresh uniforms: the same law, only computed
+earlier. Nothing is prepared while decisions are queued: they go as one batch, which a single prepared choice
+does not serve; nor for a policy that stands, which its standing choice serves.
 """
 
 from __future__ import annotations
@@ -17,21 +18,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from latebandit.campaign import Campaign
-from latebandit.store.base import Counters, Histogram, StateSnapshot
+from latebandit.store.base import StateSnapshot
 
 
 @dataclass(frozen=True)
 class PreparedChoice:
     campaign: Campaign  # the configuration it was computed under (compared by identity)
-    counters: Counters  # the counters it was computed from (by identity: every write builds new ones)
-    histogram: Histogram  # the histogram read it was computed from (by identity)
+    state: StateSnapshot  # the statistics it was computed from: each array compared by identity
     arm: int
     propensity: float
 
     def serves(self, campaign: Campaign, state: StateSnapshot, decisions: int) -> bool:
+        """Whether these are the statistics it was computed from: every write or read builds new arrays."""
         return (
             decisions == 1
             and campaign is self.campaign
-            and state.counters is self.counters
-            and state.histogram is self.histogram
+            and state.counters is self.state.counters
+            and state.histogram is self.state.histogram
+            and state.delays is self.state.delays
         )

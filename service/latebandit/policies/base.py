@@ -243,7 +243,7 @@ class ArgmaxPolicy(Policy):
         a delay CDF that starts near 0, the first pulls' ages set the early exploration bonuses for hundreds of
         rounds, and a random opening measured DelayedUCB's regret 4-9 % off the paper's curves."""
         index = self.index(stats)
-        if index.size <= SMALL_ARGMAX:  # the service's rows: past their opening, the argmax in plain Python
+        if 0 < index.size <= SMALL_ARGMAX:  # the service's rows: past their opening, the argmax in plain Python
             rows = index.tolist()
             if all(value < math.inf for row in rows for value in row):  # no +inf (an arm to explore), no nan
                 return _argmax_of_rows(rows, rng)
@@ -284,7 +284,7 @@ def _argmax_of_rows(rows: list[list[float]], rng: np.random.Generator) -> Choice
         arms.append(max(range(len(row)), key=lambda k: keys[k] if best[k] else -1.0))  # the first, as argmax
         propensities.append(1.0 / count)
         probabilities.append([1.0 / count if chosen else 0.0 for chosen in best])
-    return Choice(np.array(arms), np.array(propensities), np.array(probabilities))
+    return Choice(np.array(arms, dtype=np.int64), np.array(propensities), np.array(probabilities))
 
 
 def _best(index: np.ndarray, forced: np.ndarray) -> np.ndarray:
