@@ -225,7 +225,8 @@ class DecisionEngine:
         self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
         """The decisions of one group commit: one policy call for the whole batch (each row its own draw),
-        one store call to record them. Taken at the batch's time, from the same statistics."""
+        one store call to record them. Taken at the batch's time, from the same statistics. After a lone
+        decision of a policy that does not stand, answered, the next one is prepared (engine/prepared.py)."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id in requests]
         now = self.clock()
@@ -268,11 +269,9 @@ class DecisionEngine:
         return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
 
     def _prepare_next(self, key: tuple[str, int], campaign: Campaign) -> None:
-        """After a lone decision of a policy that does not stand, once it is answered: the next one, from the
-        statistics the next decision will read if nothing else writes first (engine/prepared.py). Not for a
-        policy that stands (its standing choice serves it, engine/standing.py), not while decisions are
-        queued, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for a planned
-        policy (its plan may change before the next decision)."""
+        """The next decision's choice, from the statistics it will read if nothing else writes first
+        (engine/prepared.py). Not while decisions are queued, nor without a held histogram read whose Ñ is
+        computed (that needs I/O), nor for a planned policy (its plan may change before the next decision)."""
         if self._decisions.busy(key) or self.planner.plans(campaign):
             return
         state = self.store.held(campaign, self.options.snapshot_interval)

@@ -6,11 +6,11 @@ recorded, the next decision's statistics are already known: the counters this wo
 histogram read it holds. The engine then computes the next choice after answering (a callback that runs
 once the response is written) and keeps it here; the next request takes it only if it decides alone from
 exactly those statistics: the same campaign object (policy version, floor), the same counters and the same
-histogram and delay histogram read, compared by identity: whatever changes them (a reply that brings another
-worker's writes, a new histogram read, a policy change) builds new ones, and discards it. The choice is then the one
-the policy call would have made, from the same statistics and fresh uniforms: the same law, only computed
-earlier. Nothing is prepared while decisions are queued: they go as one batch, which a single prepared choice
-does not serve; nor for a policy that stands, which its standing choice serves.
+histogram and delay histogram read, compared by identity. Whatever changes them (a reply that brings another
+worker's writes, a new histogram read, a policy change) builds new ones, and so discards it. The choice is
+the one the policy call would have made, from the same statistics and fresh uniforms: the same law, only
+computed earlier. Nothing is prepared while decisions are queued: they go as one batch, which a single
+prepared choice does not serve; nor for a policy that stands, which its standing choice serves.
 """
 
 from __future__ import annotations
