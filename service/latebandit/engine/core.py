@@ -33,7 +33,6 @@ from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule
 from latebandit.engine.standing import StandingChoice
 from latebandit.policies.base import ArmStats, Policy
 from latebandit.policies.floor import with_floor
-from latebandit.policies.guha import GuhaBayes
 from latebandit.store.base import (
     CampaignMoved,
     DecisionResult,
@@ -275,10 +274,9 @@ class DecisionEngine:
         if self._decisions.busy(key) or self.planner.plans(campaign):
             return
         state = self.store.held(campaign, self.options.snapshot_interval)
-        seen = self._exposures.get(campaign.id)
-        if state is None or seen is None or seen[0] is not state.histogram:
+        if state is None or (stats := self._held_stats(campaign, state)) is None:
             return
-        ((arm, propensity),) = self._policy_call(campaign, campaign.policy_impl, arm_stats(state, seen[1]), 1)
+        ((arm, propensity),) = self._policy_call(campaign, campaign.policy_impl, stats, 1)
         self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
@@ -321,9 +319,9 @@ class DecisionEngine:
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
         """Ñ is evaluated once per histogram read and reused while the store serves that read (Redis:
         up to ``snapshot_interval``), so a decision costs O(K), not O(K·B) (vernade2017.md §3.4f)."""
-        cached = self._exposures.get(campaign.id)
-        if cached is not None and cached[0] is state.histogram:
-            return arm_stats(state, cached[1])
+        held = self._held_stats(campaign, state)
+        if held is not None:
+            return held
         seen = exposure(campaign, state, now)
         self._exposures[campaign.id] = (state.histogram, seen)
         self._unpublished[campaign.id] = (campaign, state, seen)
@@ -331,6 +329,11 @@ class DecisionEngine:
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
         return arm_stats(state, seen)
+
+    def _held_stats(self, campaign: Campaign, state: StateSnapshot) -> ArmStats | None:
+        """The statistics from ``state`` if its histogram read's Ñ is computed already, else None (no I/O)."""
+        cached = self._exposures.get(campaign.id)
+        return arm_stats(state, cached[1]) if cached is not None and cached[0] is state.histogram else None
 
     def publish_diagnostics(self) -> None:
         """The per-arm gauges (estimates, indices, delay summaries) of the histogram reads since the last
@@ -352,7 +355,7 @@ class DecisionEngine:
             return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         planned = self.planner.planned(campaign)
-        if planned is not None or isinstance(campaign.policy_impl, GuhaBayes):
+        if planned is not None or self.planner.plans(campaign):
             body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
         self._unpublished.pop(campaign.id, None)  # an older read: a later scrape must not publish it over this
         metrics.publish_arms(campaign.id, body["arms"])

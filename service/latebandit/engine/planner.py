@@ -32,7 +32,7 @@ class Planner:
     def policy_for(self, campaign: Campaign, stats: ArmStats) -> Policy:
         """The policy to decide with now; starts a solve in the background when the plan is missing or due."""
         unplanned = campaign.policy_impl
-        if not isinstance(unplanned, GuhaBayes):
+        if not self.plans(campaign):
             return unplanned
         entry = self._ready.get(campaign.id)
         current = entry[1] if entry is not None and entry[0] == campaign.version else None
