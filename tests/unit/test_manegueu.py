@@ -9,12 +9,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import optimize
 
 from latebandit.campaign import Campaign
 from latebandit.delays.exposure import bucket_moments, exposure
 from latebandit.delays.tail import BUCKETS, bucket_of, lower_edges, tail_exponent, upper_edges
 from latebandit.policies import ArmStats, make_policy
+from latebandit.policies.base import SMALL_ARGMAX
 from latebandit.sim.environment import Environment
 from latebandit.sim.feeds import Ledger
 from latebandit.sim.patient import Patient
@@ -56,6 +59,61 @@ def test_anytime_age_aware_index_and_forced_first_pulls() -> None:
     assert policy.choose(stats, np.random.default_rng(0)).arm[0] == 0
     with pytest.raises(ValueError, match="tail weights"):
         policy.index(one([5, 5, 5], [1, 1, 1]))
+
+
+@st.composite
+def service_calls(draw: st.DrawFn) -> tuple[str, dict[str, float], ArmStats, int]:
+    """A one-run decision as the service makes it: a patient policy, its params, statistics and batch size,
+    the arms sometimes still in their opening, sometimes tied (equal statistics)."""
+    name = draw(st.sampled_from(["patient-bandits", "adapt-patient-bandits"]))
+    arms = draw(st.integers(2, 6))
+    params = {"kappa": draw(st.floats(1e-3, 4.0)), "horizon": draw(st.sampled_from([0, 0, 10**6])),
+              "initial_pulls": draw(st.integers(2, 3))}  # fmt: skip
+    counts = st.integers(0, 10**6)
+    pulls = draw(st.lists(counts, min_size=arms, max_size=arms))
+    if draw(st.booleans()):
+        pulls = [pulls[0]] * arms
+    conversions = [draw(st.integers(0, n)) for n in pulls]
+    weights = [draw(st.floats(0.0, 2.0 * n + 1.0)) for n in pulls]
+    stats = one([float(n) for n in pulls], conversions, t=sum(pulls) + draw(st.integers(1, 100)),
+                tail_weight=np.array([weights]))  # fmt: skip
+    return name, params, stats, draw(st.integers(1, 12))
+
+
+@settings(max_examples=300, deadline=None)
+@given(call=service_calls(), seed=st.integers(0, 2**32 - 1))
+def test_plain_index_is_the_array_rule_draw_for_draw(call: tuple[str, dict[str, float], ArmStats, int],
+                                                     seed: int) -> None:  # fmt: skip
+    """The service's patient decisions in Python floats (choose_together) decide what the array rule decides
+    from the same rows, ``index`` of ``successive``: the indices to the last bits, the same arms,
+    propensities and probabilities from the same uniforms, the generator left where it leaves it."""
+    name, params, stats, decisions = call
+    policy = make_policy(name, params, stats.pulls.shape[1])
+    rows = stats.successive(decisions)
+    plain = policy.plain_index(stats, decisions)
+    opening = stats.pulls.min() < params["initial_pulls"]
+    if opening or decisions * policy.n_arms > SMALL_ARGMAX:
+        assert plain is None
+    else:
+        assert plain is not None
+        np.testing.assert_allclose(plain, policy.index(rows), rtol=4e-16, atol=0.0)
+    together_rng, array_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    together, array = policy.choose_together(stats, decisions, together_rng), policy.choose(rows, array_rng)
+    for field in ("arm", "propensity", "probabilities"):
+        np.testing.assert_array_equal(getattr(together, field), getattr(array, field))
+    assert together_rng.random() == array_rng.random()
+
+
+def test_plain_index_leaves_the_paper_bias_and_missing_weights_to_the_array_rule() -> None:
+    weighted = one([10.0, 20.0], [1, 2], t=31, tail_weight=np.array([[1.0, 30.0]]))
+    assert make_policy("patient-bandits", {"age_aware": 0}, 2).plain_index(weighted, 1) is None
+    policy = make_policy("patient-bandits", {}, 2)
+    by_hand = [0.1 + math.sqrt(2 * math.log(4 * 31**3) / 10) + 0.1, 0.1 + math.sqrt(2 * math.log(4 * 31**3) / 20) + 1.0]
+    assert policy.plain_index(weighted, 1) == [pytest.approx(by_hand, rel=1e-12)]
+    unweighted = one([10.0, 20.0], [1, 2], t=31)
+    assert policy.plain_index(unweighted, 1) is None
+    with pytest.raises(ValueError, match="tail weights"):
+        policy.choose_together(unweighted, 1, np.random.default_rng(0))
 
 
 def test_band_estimator_read_literally_is_pb_at_alpha_lo() -> None:

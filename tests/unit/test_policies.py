@@ -342,13 +342,15 @@ def test_small_batches_argmax_is_the_array_rule_draw_for_draw(policy: Policy, mo
     and probabilities as the NumPy rule of a large batch, from the same uniforms, leaving the generator where
     that batch leaves it (runs of 1, 2 and 3 rows, ties and openings among them)."""
     taken: list[int] = []
-    plain = policies_base._argmax_of_rows
+    plain = policies_base.plain_argmax
 
-    def counted(rows: list[list[float]], rng: np.random.Generator) -> Choice:
-        taken.append(len(rows))
-        return plain(rows, rng)
+    def counted(rows: list[list[float]], rng: np.random.Generator) -> Choice | None:
+        choice = plain(rows, rng)
+        if choice is not None:
+            taken.append(len(rows))
+        return choice
 
-    monkeypatch.setattr(policies_base, "_argmax_of_rows", counted)
+    monkeypatch.setattr(policies_base, "plain_argmax", counted)
     counts = [1, 2, 3] * 34
     data = random_stats(np.random.default_rng(12), sum(counts), 4)
     assert data.pulls.size > SMALL_ARGMAX

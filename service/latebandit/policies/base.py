@@ -243,10 +243,8 @@ class ArgmaxPolicy(Policy):
         a delay CDF that starts near 0, the first pulls' ages set the early exploration bonuses for hundreds of
         rounds, and a random opening measured DelayedUCB's regret 4-9 % off the paper's curves."""
         index = self.index(stats)
-        if 0 < index.size <= SMALL_ARGMAX:  # the service's rows: past their opening, the argmax in plain Python
-            rows = index.tolist()
-            if all(value < math.inf for row in rows for value in row):  # no +inf (an arm to explore), no nan
-                return _argmax_of_rows(rows, rng)
+        if 0 < index.size <= SMALL_ARGMAX and (plain := plain_argmax(index.tolist(), rng)) is not None:
+            return plain  # the service's rows, past their opening: the argmax in plain Python
         forced = np.isposinf(index)
         if not forced.any():  # past every opening: the argmax alone (the same draws as the full rule below)
             return uniform_among(_best(index, forced), rng)
@@ -271,10 +269,13 @@ class ArgmaxPolicy(Policy):
         return np.where(forced.any(axis=1, keepdims=True) | (count == 0), np.nan, law)
 
 
-def _argmax_of_rows(rows: list[list[float]], rng: np.random.Generator) -> Choice:
+def plain_argmax(rows: list[list[float]], rng: np.random.Generator) -> Choice | None:
     """``uniform_among(_best(...))`` for rows with no arm forced, without NumPy's per-call overhead (a
     decision's policy call of 3 arms took 24 µs, most of it in the dozen array operations of those two):
-    the same ties (TIE_RTOL, in the same float arithmetic), the same R·K uniforms, the same arms."""
+    the same ties (TIE_RTOL, in the same float arithmetic), the same R·K uniforms, the same arms. None, and
+    nothing drawn, where the array rule must decide: an arm to explore (+inf) or a nan index."""
+    if not all(value < math.inf for row in rows for value in row):
+        return None
     arms, propensities, probabilities = [], [], []
     for row, keys in zip(rows, rng.random((len(rows), len(rows[0]))).tolist(), strict=True):
         top = max(row)
