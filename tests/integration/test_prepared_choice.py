@@ -2,7 +2,8 @@
 real Redis: it is what the policy computes from the statistics the next decision reads, with the uniforms
 the engine's generator held when it was prepared; the next request then draws nothing. A new histogram read
 or a new policy version discards it (the request calls the policy itself); what the worker's view does not
-see yet (another worker's decision, a conversion) keeps it, as it keeps the view the request would read."""
+see yet (another worker's decision, a conversion) keeps it, as it keeps the view the request would read. A
+standing policy's used-up standing choice is renewed the same way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from latebandit.campaign import Campaign, CampaignSpec, PolicyChange
 from latebandit.delays.exposure import exposure
-from latebandit.engine.core import DecisionEngine, EngineOptions
+from latebandit.engine.core import GROUP_LIMIT, DecisionEngine, EngineOptions
 from latebandit.engine.describe import arm_stats
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time
@@ -154,3 +155,36 @@ async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers:
         await asyncio.sleep(0)
         _, drawn = await decide_drawing(engine, "standing")
         assert drawn == 1
+
+
+async def test_a_used_up_standing_choice_is_renewed_between_requests(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standing choice serves GROUP_LIMIT decisions; the decision that uses it up has the next one computed
+    after its answer, from the statistics the next request reads: no request past the opening calls the
+    policy (``_stats`` reads its statistics for that), and each draws one uniform from a standing law."""
+    engine = workers.first
+    await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": "ucb1"}}))
+    await past_the_opening(engine, "standing")
+    renewals: list[int] = []
+    policy_class = type((await engine.campaign("standing")).policy_impl)
+    standing = policy_class.standing
+    monkeypatch.setattr(policy_class, "standing", lambda self, stats: renewals.append(1) or standing(self, stats))
+    in_request = engine._stats
+
+    async def refused(*args: object) -> object:
+        raise AssertionError("a request computed the statistics for a policy call")
+
+    monkeypatch.setattr(engine, "_stats", refused)
+    for _ in range(2 * GROUP_LIMIT + 2):
+        await asyncio.sleep(0)
+        _, drawn = await decide_drawing(engine, "standing")
+        assert drawn == 1
+    assert len(renewals) == 3  # after the opening's last decision, then after the 64th and the 128th standing draw
+    monkeypatch.setattr(engine, "_stats", in_request)
+    workers.now += int(INTERVAL * MICROS) * 2  # the histogram read expires: it is read again meanwhile
+    for _ in range(3):
+        await asyncio.sleep(0)
+        _, drawn = await decide_drawing(engine, "standing")
+        assert drawn == 1
+    assert len(renewals) == 4  # the first request on the new read computes its Ñ (I/O to fold) and renews

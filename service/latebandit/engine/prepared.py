@@ -10,7 +10,8 @@ histogram and delay histogram read, compared by identity. Whatever changes them 
 worker's writes, a new histogram read, a policy change) builds new ones, and so discards it. The choice is
 the one the policy call would have made, from the same statistics and fresh uniforms: the same law, only
 computed earlier. Nothing is prepared while decisions are queued: they go as one batch, which a single
-prepared choice does not serve; nor for a policy that stands, which its standing choice serves.
+prepared choice does not serve; nor for a policy that stands, which its standing choice serves (renewed the
+same way, after the answer of the decision that used it up: DecisionEngine._prepare_next).
 """
 
 from __future__ import annotations
