@@ -92,9 +92,13 @@ class PatientBandits(ArgmaxPolicy):
 
     def log_term(self, stats: ArmStats) -> np.ndarray:
         """(R, 1) L = log(2K·T³), T the horizon or, anytime, the round being decided."""
+        return self._log_terms(stats.t)[:, None]
+
+    def _log_terms(self, rounds: np.ndarray) -> np.ndarray:
+        """(R,) L at each of these round indices t."""
         horizon = self._params["horizon"]
-        t = np.full(np.shape(stats.t), float(horizon)) if horizon else np.asarray(stats.t, dtype=np.float64)
-        return (math.log(2.0 * self.n_arms) + 3.0 * np.log(np.maximum(t, 1.0)))[:, None]
+        t = np.full(np.shape(rounds), float(horizon)) if horizon else np.asarray(rounds, dtype=np.float64)
+        return math.log(2.0 * self.n_arms) + 3.0 * np.log(np.maximum(t, 1.0))
 
     def bias(self, stats: ArmStats, pulls: Array) -> Array:
         """B_i: the paper's 2·N^−β, or the age-aware min(1, W/N)."""
@@ -120,24 +124,24 @@ class PatientBandits(ArgmaxPolicy):
 
     def choose_together(self, stats: ArmStats, decisions: int, rng: np.random.Generator) -> Choice:
         """The service's decisions: a policy that does not stand pays this call on every batch, and NumPy's
-        per-call overhead made ``index`` 8 µs of the 17 a decision of 3 arms took (the array operations of
-        ``index``, ``successive`` and the statistics). Where ``plain_index`` computes it, the index and the
-        argmax run in Python floats; elsewhere (an opening, the paper's bias, more rows) the array rule."""
+        per-call overhead made ``index`` 8 µs of the 12 that ``choose_together`` took for one decision of 3
+        arms (benchmarks.policy_call_bench). Where ``plain_index`` computes the index, it and the argmax run
+        in Python floats; elsewhere (an opening, the paper's bias, more rows) the array rule."""
         rows = self.plain_index(stats, decisions)
         if rows is not None and (plain := plain_argmax(rows, rng)) is not None:
             return plain
         return super().choose_together(stats, decisions, rng)
 
     def plain_index(self, stats: ArmStats, decisions: int) -> list[list[float]] | None:
-        """``index`` of ``stats.successive(decisions)`` in Python floats: the same operations in the same
-        order, each arm's S/N + sqrt(2κ·L/N) + min(1, W/N) (math.log may round L's last bit otherwise than
-        NumPy's log: far inside TIE_RTOL). Only for one run's few rows, age-aware, past the opening (no +inf);
-        None otherwise."""
+        """``index`` of ``stats.successive(decisions)``, bit for bit, in Python floats: each arm's S/N +
+        sqrt(2κ·L/N) + min(1, W/N), the same operations in the same order, and L from the same NumPy log
+        (``math.log`` rounds the last bit otherwise for about one t in 17,000, which can move an index across
+        TIE_RTOL's edge). Only for one run's few rows, age-aware, past the opening (no +inf); None otherwise."""
         if (
             not self._params["age_aware"]
             or stats.tail_weight is None
             or np.shape(stats.pulls)[0] != 1
-            or decisions * self.n_arms > SMALL_ARGMAX
+            or not 0 < decisions * self.n_arms <= SMALL_ARGMAX
         ):
             return None
         ((*pulls,),), ((*conversions,),), ((*weights,),) = (
@@ -145,16 +149,12 @@ class PatientBandits(ArgmaxPolicy):
             np.asarray(stats.conversions, dtype=np.float64).tolist(),
             np.asarray(stats.tail_weight, dtype=np.float64).tolist(),
         )
-        if min(pulls) < self._params["initial_pulls"]:
+        if not all(n >= self._params["initial_pulls"] for n in pulls):  # a nan count too: the array rule decides
             return None
-        horizon, exploration = self._params["horizon"], 2.0 * self._params["kappa"]
-        first = int(np.asarray(stats.t)[0])
-        rows = []
-        for t in range(first, first + decisions):
-            log_term = math.log(2.0 * self.n_arms) + 3.0 * math.log(max(float(horizon or t), 1.0))
-            rows.append([s / n + math.sqrt(exploration * log_term / n) + _at_most_one(w / n)
-                         for n, s, w in zip(pulls, conversions, weights, strict=True)])  # fmt: skip
-        return rows
+        exploration = 2.0 * self._params["kappa"]
+        log_terms = self._log_terms(np.asarray(stats.t)[0] + np.arange(decisions)).tolist()  # successive's t
+        return [[s / n + math.sqrt(exploration * log_term / n) + _at_most_one(w / n)
+                 for n, s, w in zip(pulls, conversions, weights, strict=True)] for log_term in log_terms]  # fmt: skip
 
 
 class AdaptPatientBandits(PatientBandits):
