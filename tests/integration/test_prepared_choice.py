@@ -146,8 +146,8 @@ async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Worke
 
 
 async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers: Workers) -> None:
-    """Nothing is prepared for a policy that stands: past its opening each decision is one uniform drawn from
-    its standing law (engine/standing.py), never a prepared choice."""
+    """No choice is prepared for a policy with a standing law: past its opening each decision is one uniform
+    drawn from that law (engine/standing.py), never a prepared choice."""
     engine = workers.first
     await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": "ucb1"}}))
     await past_the_opening(engine, "standing")
@@ -157,34 +157,86 @@ async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers:
         assert drawn == 1
 
 
-async def test_a_used_up_standing_choice_is_renewed_between_requests(
-    workers: Workers, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A standing choice serves GROUP_LIMIT decisions; the decision that uses it up has the next one computed
-    after its answer, from the statistics the next request reads: no request past the opening calls the
-    policy (``_stats`` reads its statistics for that), and each draws one uniform from a standing law."""
-    engine = workers.first
-    await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": "ucb1"}}))
+async def standing_campaign(engine: DecisionEngine, policy: str = "ucb1") -> Campaign:
+    """A campaign of ``policy`` past its opening, its last opening decision's callback run."""
+    await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": policy}}))
     await past_the_opening(engine, "standing")
-    renewals: list[int] = []
-    policy_class = type((await engine.campaign("standing")).policy_impl)
-    standing = policy_class.standing
-    monkeypatch.setattr(policy_class, "standing", lambda self, stats: renewals.append(1) or standing(self, stats))
-    in_request = engine._stats
+    await asyncio.sleep(0)
+    return await engine.campaign("standing")
+
+
+def refuse_policy_calls(engine: DecisionEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that computes the statistics for a policy call (``_stats``) fails the test."""
 
     async def refused(*args: object) -> object:
         raise AssertionError("a request computed the statistics for a policy call")
 
     monkeypatch.setattr(engine, "_stats", refused)
-    for _ in range(2 * GROUP_LIMIT + 2):
-        await asyncio.sleep(0)
-        _, drawn = await decide_drawing(engine, "standing")
+
+
+async def test_a_used_up_standing_choice_is_renewed_between_requests(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standing choice serves GROUP_LIMIT decisions; the decision that uses it up has the next one computed
+    after its answer, from the statistics the next request reads: no request past the opening calls the
+    policy, each draws one uniform from a standing law, and that law is the policy's own for the held
+    statistics, computed here independently."""
+    engine = workers.first
+    campaign = await standing_campaign(engine)
+    renewals: list[int] = []
+    policy_class = type(campaign.policy_impl)
+    standing = policy_class.standing
+    monkeypatch.setattr(policy_class, "standing", lambda self, stats: renewals.append(1) or standing(self, stats))
+    in_request = engine._stats
+    refuse_policy_calls(engine, monkeypatch)
+    for decision in range(1, 2 * GROUP_LIMIT + 2):
+        if decision % GROUP_LIMIT == 1 and decision > 1:  # the law renewed after the previous answer
+            state = engine.store.held(campaign, INTERVAL)
+            assert state is not None
+            law = standing(campaign.policy_impl, arm_stats(state, exposure(campaign, state, T0)))[0]
+        (arm, propensity), drawn = await decide_drawing(engine, "standing")
         assert drawn == 1
-    assert len(renewals) == 3  # after the opening's last decision, then after the 64th and the 128th standing draw
+        if decision > GROUP_LIMIT:
+            assert propensity == law[SPEC.arms.index(arm)] > 0
+        await asyncio.sleep(0)
+    assert len(renewals) == 2  # after the 64th and the 128th standing draw
     monkeypatch.setattr(engine, "_stats", in_request)
     workers.now += int(INTERVAL * MICROS) * 2  # the histogram read expires: it is read again meanwhile
     for _ in range(3):
-        await asyncio.sleep(0)
         _, drawn = await decide_drawing(engine, "standing")
         assert drawn == 1
-    assert len(renewals) == 4  # the first request on the new read computes its Ñ (I/O to fold) and renews
+        await asyncio.sleep(0)
+    assert len(renewals) == 3  # the first request on the new read computes its Ñ (I/O to fold) and renews
+
+
+async def test_nothing_is_made_ready_while_a_decision_is_being_recorded(workers: Workers) -> None:
+    """An earlier decision's callback can run while another decision of the campaign waits for its record:
+    it then leaves the standing choice that decision used up alone, since that pull is not yet in the
+    counters it would renew from; the recorded decision's own callback renews it."""
+    engine = workers.first
+    campaign = await standing_campaign(engine)
+    key = (campaign.id, campaign.version)
+    engine._standing[campaign.id].remaining = 1
+    recording = asyncio.create_task(engine.choose("standing"))
+    while not engine._decisions.busy(key):
+        await asyncio.sleep(0)
+    used_up = engine._standing[campaign.id]
+    assert used_up.remaining == 0
+    engine._prepare_next(key, campaign)
+    assert engine._standing[campaign.id] is used_up and campaign.id not in engine._prepared
+    await recording
+    await asyncio.sleep(0)
+    assert engine._standing[campaign.id].remaining == GROUP_LIMIT
+
+
+async def test_a_policy_without_a_standing_law_has_its_choice_prepared(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qpm-d stands but its law is always nan (engine/standing.py): like a policy that does not stand, its
+    next choice is prepared after each lone answer, and no request calls the policy."""
+    engine = workers.first
+    await standing_campaign(engine, "qpm-d")
+    refuse_policy_calls(engine, monkeypatch)
+    for _ in range(10):
+        await decide_drawing(engine, "standing")
+        await asyncio.sleep(0)

@@ -266,7 +266,8 @@ class DecisionEngine:
         self, campaign: Campaign, state: StateSnapshot, policy: Policy, stats: ArmStats
     ) -> StandingChoice | None:
         """The policy's standing choice for these statistics, kept for the decisions that follow; None (and
-        none kept) where it has none: during an opening, for a policy that does not stand."""
+        none kept) where it has none: during an opening, for a policy whose law is never a standing one
+        (qpm-d, Thompson sampling above 10 arms: a nan row) or that does not stand."""
         standing = StandingChoice.of(campaign, state, policy.standing(stats)[0], GROUP_LIMIT) if policy.stands else None
         if standing is None:
             self._standing.pop(campaign.id, None)
@@ -282,12 +283,13 @@ class DecisionEngine:
 
     def _prepare_next(self, key: tuple[str, int], campaign: Campaign) -> None:
         """What the next decision needs, from the statistics it will read if nothing else writes first, so
-        that it does not compute it itself: for a policy that stands, a standing choice that serves it
-        (renewed once the one held is used up or computed from another histogram read or S: the policy's
-        call that every 64th decision paid, 83 µs at 10 arms in benchmarks.policy_call_bench); for one that
-        does not, its choice
-        (engine/prepared.py). Not while decisions are queued, nor without a held histogram read whose Ñ is
-        computed (that needs I/O), nor for a planned policy (its plan may change before the next decision)."""
+        that it does not compute it itself: a standing choice that serves it (renewed once the one held is
+        used up after 64 decisions or computed from another S: the policy's call that every 64th decision
+        paid, 83 µs at 10 arms in benchmarks.policy_call_bench); where the policy has no standing law (it
+        does not stand, an opening, a nan law), its choice (engine/prepared.py). Not while a decision of the
+        campaign is queued or being recorded (its pull is not in the counters read here yet), nor without a
+        held histogram read whose Ñ is computed (that needs I/O), nor for a planned policy (its plan may
+        change before the next decision)."""
         if self._decisions.busy(key) or self.planner.plans(campaign):
             return
         state = self.store.held(campaign, self.options.snapshot_interval)
@@ -296,8 +298,7 @@ class DecisionEngine:
             return
         if (stats := self._held_stats(campaign, state)) is None:
             return
-        if policy.stands:  # none during an opening (its law is nan): the request calls the policy there
-            self._renew_standing(campaign, state, policy, stats)
+        if policy.stands and self._renew_standing(campaign, state, policy, stats) is not None:
             return
         ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
         self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)
