@@ -145,18 +145,6 @@ async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Worke
     assert drawn == len(SPEC.arms)
 
 
-async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers: Workers) -> None:
-    """No choice is prepared for a policy with a standing law: past its opening each decision is one uniform
-    drawn from that law (engine/standing.py), never a prepared choice."""
-    engine = workers.first
-    await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": "ucb1"}}))
-    await past_the_opening(engine, "standing")
-    for _ in range(10):
-        await asyncio.sleep(0)
-        _, drawn = await decide_drawing(engine, "standing")
-        assert drawn == 1
-
-
 async def standing_campaign(engine: DecisionEngine, policy: str = "ucb1") -> Campaign:
     """A campaign of ``policy`` past its opening, its last opening decision's callback run."""
     await engine.create_campaign(CampaignSpec(**{**SPEC.model_dump(), "id": "standing", "policy": {"name": policy}}))
@@ -172,6 +160,17 @@ def refuse_policy_calls(engine: DecisionEngine, monkeypatch: pytest.MonkeyPatch)
         raise AssertionError("a request computed the statistics for a policy call")
 
     monkeypatch.setattr(engine, "_stats", refused)
+
+
+async def test_a_standing_policy_keeps_drawing_from_its_standing_choice(workers: Workers) -> None:
+    """No choice is prepared for a policy with a standing law: past its opening each decision is one uniform
+    drawn from that law (engine/standing.py), never a prepared choice."""
+    engine = workers.first
+    await standing_campaign(engine)
+    for _ in range(10):
+        _, drawn = await decide_drawing(engine, "standing")
+        assert drawn == 1
+        await asyncio.sleep(0)
 
 
 async def test_a_used_up_standing_choice_is_renewed_between_requests(
