@@ -293,12 +293,10 @@ class DecisionEngine:
         if self._decisions.busy(key) or self.planner.plans(campaign):
             return
         state = self.store.held(campaign, self.options.snapshot_interval)
-        policy = campaign.policy_impl
-        if state is None or (policy.stands and self._standing_serves(campaign, state, 1)):
+        if state is None or self._standing_serves(campaign, state, 1):
             return
-        if (stats := self._held_stats(campaign, state)) is None:
-            return
-        if policy.stands and self._renew_standing(campaign, state, policy, stats) is not None:
+        policy, stats = campaign.policy_impl, self._held_stats(campaign, state)
+        if stats is None or self._renew_standing(campaign, state, policy, stats) is not None:
             return
         ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
         self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)

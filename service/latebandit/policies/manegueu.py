@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from latebandit.delays.tail import tail_exponent
-from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy, ArmStats, Array, Choice, Envelope, Param, plain_argmax
+from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy, ArmStats, Array, Envelope, Param
 
 ALPHA_CAP = 1.0  # α̂ <= 1 in Algorithm 2; beyond, the paper's term no longer changes (β = min(α, 1/2))
 LCB_Z = 2.0  # standard errors below the tail estimate (estimator 1)
@@ -122,19 +122,9 @@ class PatientBandits(ArgmaxPolicy):
         width = np.sqrt(2.0 * self._params["kappa"] * self.log_term(stats) / pulls)
         return np.where(fresh, np.inf, estimate + width + self.bias(stats, pulls))
 
-    def choose_together(self, stats: ArmStats, decisions: int, rng: np.random.Generator) -> Choice:
-        """The service's decisions: a policy that does not stand pays this call on every batch, and NumPy's
-        per-call overhead made ``index`` 8 µs of the 12 that ``choose_together`` took for one decision of 3
-        arms (benchmarks.policy_call_bench). Where ``plain_index`` computes the index, it and the argmax run
-        in Python floats; elsewhere (an opening, the paper's bias, more rows) the array rule."""
-        rows = self.plain_index(stats, decisions)
-        if rows is not None and (plain := plain_argmax(rows, rng)) is not None:
-            return plain
-        return super().choose_together(stats, decisions, rng)
-
     def plain_index(self, stats: ArmStats, decisions: int) -> list[list[float]] | None:
-        """``index`` of ``stats.successive(decisions)``, bit for bit, in Python floats: each arm's S/N +
-        sqrt(2κ·L/N) + min(1, W/N), the same operations in the same order, and L from the same NumPy log
+        """Each arm's S/N + sqrt(2κ·L/N) + min(1, W/N) in Python floats (ArgmaxPolicy.plain_index), the same
+        operations in the same order as ``index`` on ``successive``, and L from the same NumPy log
         (``math.log`` rounds the last bit otherwise for about one t in 17,000, which can move an index across
         TIE_RTOL's edge). Only for one run's few rows, age-aware, past the opening (no +inf); None otherwise."""
         if (
