@@ -19,6 +19,7 @@ from latebandit.config import is_loopback
 from tests.conftest import unavailable
 
 LATEBANDIT = [sys.executable, "-m", "latebandit.cli"]
+KEEPALIVE_EXPIRY = 2.0  # seconds a test client keeps an idle connection: below uvicorn's keep-alive timeout (5 s)
 SECRET = "e2e-decision-id-secret-0123456789abcdef"  # 32+ bytes: `serve` refuses shorter ones
 
 
@@ -49,7 +50,11 @@ class Server:
     log: Path
 
     def client(self, **kwargs) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30.0, **kwargs)
+        """A client that drops an idle connection before uvicorn does (its keep-alive timeout is 5 s): a request
+        sent on a connection the server closes at that moment fails "Server disconnected without sending a
+        response" (seen once in test_prometheus, after the test waited on Prometheus for longer)."""
+        limits = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+        return httpx.Client(base_url=self.url, timeout=30.0, limits=limits, **kwargs)
 
 
 def service_env(workdir: Path, **settings: str) -> dict[str, str]:
