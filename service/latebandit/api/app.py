@@ -27,7 +27,7 @@ from starlette.types import Scope as AsgiScope
 
 from latebandit import metrics
 from latebandit.api.auth import ApiKeyGate, ApiKeys
-from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths
+from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths, JsonAnswer, read_body
 from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
@@ -266,19 +266,19 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
         machinery: this is the hottest path."""
         started = time.perf_counter()
         try:
-            body = ChooseRequest.model_validate_json(await request.body())
+            body = ChooseRequest.model_validate_json(await read_body(request))
         except ValidationError as invalid:
             raise error(422, "invalid_request", problems(invalid.errors())) from invalid
         decision = await request.app.state.runtime.engine.choose(body.campaign, body.request_id)
         metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
-        return json_response(decision.body())
+        return JsonAnswer(decision.body())
 
     @app.post("/feedback", openapi_extra=FEEDBACK_SCHEMA)
     async def feedback(request: Request) -> Response:
         started = time.perf_counter()
         engine: DecisionEngine = request.app.state.runtime.engine
         try:
-            body = orjson.loads(await request.body())
+            body = orjson.loads(await read_body(request))
         except orjson.JSONDecodeError as bad:
             raise error(422, "invalid_request", f"body is not JSON: {bad}") from bad
         if not isinstance(body, dict) or not isinstance(body.get("events"), list):
@@ -287,7 +287,7 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             raise error(413, "batch_too_large", f"at most {MAX_EVENTS} events per request")
         result = await engine.feedback(body["events"])
         metrics.FEEDBACK_LATENCY.observe(time.perf_counter() - started)
-        return json_response(result.body())
+        return JsonAnswer(result.body())
 
     hot_paths.update({"/choose": choose, "/feedback": feedback})
 

@@ -5,14 +5,17 @@ cost more per /choose than the decision itself. This ASGI layer sits inside the 
 and the request log (so every guarantee of those holds) and hands the two hot routes their Request
 directly. Their exceptions go to the handlers the app registered, looked up as Starlette does, so every
 answer, error or not, is the one the routed path gives. The routes stay declared on the app, which is
-what documents them in the OpenAPI schema and answers their other methods (405).
+what documents them in the OpenAPI schema and answers their other methods (405). The endpoints read their
+body and write their answer with the two helpers below, past Starlette's per-request layers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from starlette.requests import Request
+import orjson
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -49,3 +52,29 @@ class HotPaths:
             if kind in self.handlers:
                 return self.handlers[kind]
         return None
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's body, as ``Request.body`` reads it (a client that disconnects first raises
+    ClientDisconnect), without its stream's async generator: 1 µs of a /choose's 11 in the ASGI layers."""
+    chunks = []
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class JsonAnswer(Response):
+    """A 200 answer of ``content`` as JSON: the headers Starlette's ``Response`` sends for it (the same
+    bytes, in the same order), set directly rather than assembled per request."""
+
+    media_type = "application/json"
+
+    def __init__(self, content: Any) -> None:
+        self.body = orjson.dumps(content)
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(b"content-length", str(len(self.body)).encode()), (b"content-type", b"application/json")]
