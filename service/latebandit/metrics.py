@@ -16,6 +16,7 @@ merged as its ``multiprocess_mode`` says, and the ``live*`` modes leave out work
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -217,6 +218,20 @@ def arm_label(campaign: str, arm: str) -> tuple[str, str]:
         arms.add(arm)
         return label, arm
     return label, OTHER
+
+
+@functools.lru_cache(maxsize=4096)  # ids are many, the labels they map to are capped: the busiest kept
+def decision_counter(campaign: str, arm: str, outcome: str) -> Counter:
+    """DECISIONS' series for a decision, looked up once: ``labels()`` converts, validates and locks on every
+    call (1.3 µs of each /choose, against 0.3 for the series itself). The labels an id maps to never change
+    within a worker (arm_label: first come, kept), so neither does its series."""
+    return DECISIONS.labels(*arm_label(campaign, arm), outcome)
+
+
+@functools.cache  # a handful of operation names
+def store_latency(operation: str) -> Histogram:
+    """STORE_LATENCY's series for ``operation``, looked up once (``decision_counter``): one per store call."""
+    return STORE_LATENCY.labels(operation)
 
 
 def gauge_labels(campaign: str, arm: str) -> tuple[str, str] | None:

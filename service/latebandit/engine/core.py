@@ -335,7 +335,7 @@ class DecisionEngine:
         fallback = outcome.startswith("fallback") or (
             result.status is DecisionStatus.REPEATED and self.signer.verify(result.decision_id).fallback
         )
-        metrics.DECISIONS.labels(*metrics.arm_label(campaign.id, arm), outcome).inc()
+        metrics.decision_counter(campaign.id, arm, outcome).inc()
         return Decision(result.decision_id, campaign.id, arm, campaign.policy.name, result.propensity, fallback)
 
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:

@@ -238,7 +238,7 @@ class RedisStore:
         except RedisError as error:  # READONLY replica, OOM, a failed script: the store cannot take writes
             raise StoreUnavailable(f"Redis refused the operation: {error}") from error
         finally:
-            metrics.STORE_LATENCY.labels(operation).observe(time.perf_counter() - started)
+            metrics.store_latency(operation).observe(time.perf_counter() - started)
 
     async def _drop_idle_connections(self) -> None:
         """A broken connection usually means Redis restarted, and then every pooled connection is dead: close
