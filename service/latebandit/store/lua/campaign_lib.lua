@@ -4,12 +4,18 @@
 
 -- Why the campaign refuses a write from a caller holding policy version ``version``, or nil: 'unknown' (no
 -- state: never created, or lost), 'moved' (another policy version: the caller reloads it), 'paused'.
-local function campaign_refusal(counters, version)
-  local paused = redis.call('HGET', counters, 'paused')
+-- ``paused`` and ``stored`` are the counters' 'paused' and 'v' fields (false where absent), for a script
+-- that reads them with others in one call.
+local function refusal_of(paused, stored, version)
   if not paused then return 'unknown' end
-  if (redis.call('HGET', counters, 'v') or '1') ~= version then return 'moved' end
+  if (stored or '1') ~= version then return 'moved' end
   if paused == '1' then return 'paused' end
   return nil
+end
+
+local function campaign_refusal(counters, version)
+  local fields = redis.call('HMGET', counters, 'paused', 'v')
+  return refusal_of(fields[1], fields[2], version)
 end
 
 -- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what the embedded store and a

@@ -14,11 +14,11 @@
 local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
 local version, ttl, moments = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local width = 7 + moments
-local known = redis.call('HMGET', counters, 'd', 'w')
+local known = redis.call('HMGET', counters, 'd', 'w', 'paused', 'v')
 local current = known[1] == ARGV[4] and (known[2] or '0') == ARGV[5]
 local decisions = tonumber(known[1])
 
-local refusal = ({paused = 2, unknown = 3, moved = 4})[campaign_refusal(counters, version)] or 0
+local refusal = ({paused = 2, unknown = 3, moved = 4})[refusal_of(known[3], known[4], version)] or 0
 
 local statuses, earliers = {}, {}
 local request = 3
