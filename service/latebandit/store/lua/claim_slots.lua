@@ -14,13 +14,23 @@
 local counters, sched, segments, starts, closed, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local expected_arm, expected_propensity, ttl = ARGV[2], ARGV[3], ARGV[4]
-local num = field_reader(sched)
+
+-- The schedule's fields this script reads, in one call, and kept current by ``set`` (a claim read each of
+-- them separately, some twice: 14 calls); the closing rule (close_ready) reads and writes its own.
+local names = {'table', 'start', 'slot', 'cur', 'last', 'first', 'v'}
+local fields = {}
+for i, value in ipairs(redis.call('HMGET', sched, unpack(names))) do fields[names[i]] = value end
+local function num(field) return tonumber(fields[field]) end
+local function set(...)
+  redis.call('HSET', sched, ...)
+  local written = {...}
+  for i = 1, #written, 2 do fields[written[i]] = written[i + 1] end
+end
 
 local refused = ({paused = 2, unknown = 3, moved = 6})[campaign_refusal(counters, ARGV[8])]
 local refusal = refused and {refused, '', '', 0}
-local table_json = not refusal and redis.call('HGET', sched, 'table')
-if not refusal and not table_json then refusal = {4, '', '', 0} end
-local plan = table_json and cjson.decode(table_json)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}
+if not refusal and not fields.table then refusal = {4, '', '', 0} end
+local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}
 local start = num('start')
 
 local function resolve(s)
@@ -45,9 +55,10 @@ local function slot_start(s)
 end
 
 -- Open a record for each segment entered until plan index ``target`` (several only with wall-clock slots
--- and no decision during whole segments).
+-- and no decision during whole segments); whether it opened any.
 local function enter(target)
   local current, last = num('cur'), num('last')
+  if current == target then return false end
   while current ~= target do
     local following = (current == -2) and 0 or current + 1
     if following < 0 or following >= #plan.segments then following = -1 end
@@ -64,7 +75,8 @@ local function enter(target)
     redis.call('ZADD', starts, int(begins), id)
     current = following
   end
-  redis.call('HSET', sched, 'cur', int(current), 'last', int(last))
+  set('cur', int(current), 'last', int(last))
+  return true
 end
 
 -- The plan has been played and the next one may be made (at once, or once its segments are closed).
@@ -93,10 +105,9 @@ local function claim(decision, record, request)
     return {5, tostring(segment[2]), segment[3], num('v')}
   end
 
-  enter(target)
-  redis.call('HSET', sched, 'slot', int(slot))
-
-  close_ready(sched, segments, starts, closed, now, lateness)
+  -- Past the plan, the records were closed above: again only if entering the hold ended one.
+  if enter(target) or target ~= -1 then close_ready(sched, segments, starts, closed, now, lateness) end
+  set('slot', int(slot))
 
   local seq = redis.call('HINCRBY', counters, 'd', 1)
   redis.call('HINCRBY', counters, 'n:' .. expected_arm, 1)
