@@ -332,3 +332,44 @@ async def test_expired_dedup_entries_of_aggregates_are_swept(redis_url: str, red
     finally:
         await client.aclose()
         await store.close()
+
+
+async def test_a_schedule_committed_before_its_segments_json_was_kept_apart_plays_the_same(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A table written by an earlier version (each row carrying its segment's JSON, no 'records' field), as
+    Redis holds it across an upgrade, plays exactly as a table committed now: the same arms, and records
+    that carry the same segments."""
+    import orjson
+    import redis.asyncio as aioredis
+
+    def earlier_table(played: Plan) -> bytes:
+        def row(segment: Segment) -> list[object]:
+            return [segment.slots, segment.arm, repr(segment.propensity), int(segment.counted),
+                    orjson.dumps(segment.to_json()).decode()]  # fmt: skip
+
+        rows = [row(segment) for segment in played.segments]
+        return orjson.dumps({"segments": rows, "hold": row(played.hold), "next": played.next.value})
+
+    played = plan((0, 2, True), (1, 2, True), hold=2)
+    views, arms = [], []
+    client = aioredis.Redis.from_url(redis_url)
+    for upgraded in (False, True):
+        clock = Clock()
+        store = RedisStore(redis_url, f"{redis_prefix}:{uuid.uuid4().hex[:6]}", clock=clock)
+        campaign = make_campaign(lateness=60)
+        try:
+            await store.create_campaign(campaign, {"type": "campaign"})
+            assert await store.commit_plan(campaign, 0, played, 0, _plan_record(), clock.now)
+            if upgraded:
+                sched = store.keys.sched(campaign.id)
+                await client.hset(sched, "table", earlier_table(played))
+                await client.hdel(sched, "records")
+            arms.append([await claim(store, campaign, clock, i, f"d{i}") for i in range(1, 7)])
+            views.append(await store.schedule_view(campaign))
+        finally:
+            await store.close()
+    await client.aclose()
+    assert arms[0] == arms[1] == [0, 0, 1, 1, 2, 2]
+    assert [(o.segment, o.slots) for o in views[0].open] == [(o.segment, o.slots) for o in views[1].open]
+    assert [o.segment.arm for o in views[1].open] == [0, 1, 2]

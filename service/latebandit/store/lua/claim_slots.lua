@@ -30,7 +30,7 @@ end
 local refused = ({paused = 2, unknown = 3, moved = 6})[campaign_refusal(counters, ARGV[8])]
 local refusal = refused and {refused, '', '', 0}
 if not refusal and not fields.table then refusal = {4, '', '', 0} end
-local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}
+local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted}, ...}, hold, next}
 local start = num('start')
 
 local function resolve(s)
@@ -54,6 +54,15 @@ local function slot_start(s)
   return now
 end
 
+-- The JSON of the segment at plan index ``index`` (-1: the hold), table row ``row``, for its record: kept in
+-- 'records', or in the row itself in a table committed before 'records' existed.
+local function segment_json(index, row)
+  if row[5] then return row[5] end
+  local records = cjson.decode(redis.call('HGET', sched, 'records'))
+  if index == -1 then return records.hold end
+  return records.segments[index + 1]
+end
+
 -- Open a record for each segment entered until plan index ``target`` (several only with wall-clock slots
 -- and no decision during whole segments); whether it opened any.
 local function enter(target)
@@ -70,8 +79,8 @@ local function enter(target)
     local entered = (following == -1) and plan.hold or plan.segments[following + 1]
     last = last + 1
     local id = int(last)
-    redis.call('HSET', segments, id .. ':j', entered[5], id .. ':a', entered[2], id .. ':c', entered[4],
-      id .. ':f', int(first), id .. ':s', int(begins), id .. ':r', '0')
+    redis.call('HSET', segments, id .. ':j', segment_json(following, entered), id .. ':a', entered[2],
+      id .. ':c', entered[4], id .. ':f', int(first), id .. ':s', int(begins), id .. ':r', '0')
     redis.call('ZADD', starts, int(begins), id)
     current = following
   end
