@@ -56,7 +56,8 @@ class HotPaths:
 
 async def read_body(request: Request) -> bytes:
     """The request's body, as ``Request.body`` reads it (a client that disconnects first raises
-    ClientDisconnect), without its stream's async generator: 1 µs of a /choose's 11 in the ASGI layers."""
+    ClientDisconnect), without its stream's async generator: with JsonAnswer, a /choose's ASGI layers took
+    9.0 µs in process against 10.9."""
     chunks = []
     while True:
         message = await request.receive()
