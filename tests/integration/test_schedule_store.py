@@ -334,42 +334,38 @@ async def test_expired_dedup_entries_of_aggregates_are_swept(redis_url: str, red
         await store.close()
 
 
-async def test_a_schedule_committed_before_its_segments_json_was_kept_apart_plays_the_same(
+async def test_claims_past_the_plan_close_records_as_the_mirror_does_past_the_cap(
     redis_url: str, redis_prefix: str
 ) -> None:
-    """A table written by an earlier version (each row carrying its segment's JSON, no 'records' field), as
-    Redis holds it across an upgrade, plays exactly as a table committed now: the same arms, and records
-    that carry the same segments."""
-    import orjson
-    import redis.asyncio as aioredis
+    """A claim past the plan makes two closing passes of up to CLOSE_PER_CALL records each (those whose
+    allowed lateness has passed), in the Lua scripts as in ScheduleBook: with more ready than one pass
+    closes, both stores close the same ones at each claim."""
+    from latebandit.store.schedule import CLOSE_PER_CALL
 
-    def earlier_table(played: Plan) -> bytes:
-        def row(segment: Segment) -> list[object]:
-            return [segment.slots, segment.arm, repr(segment.propensity), int(segment.counted),
-                    orjson.dumps(segment.to_json()).decode()]  # fmt: skip
-
-        rows = [row(segment) for segment in played.segments]
-        return orjson.dumps({"segments": rows, "hold": row(played.hold), "next": played.next.value})
-
-    played = plan((0, 2, True), (1, 2, True), hold=2)
-    views, arms = [], []
-    client = aioredis.Redis.from_url(redis_url)
-    for upgraded in (False, True):
-        clock = Clock()
-        store = RedisStore(redis_url, f"{redis_prefix}:{uuid.uuid4().hex[:6]}", clock=clock)
-        campaign = make_campaign(lateness=60)
-        try:
+    segments = CLOSE_PER_CALL + CLOSE_PER_CALL // 2
+    clocks = (Clock(), Clock())
+    memory = MemoryStore(clock=clocks[0])
+    redis_store = RedisStore(redis_url, f"{redis_prefix}:{uuid.uuid4().hex[:6]}", clock=clocks[1])
+    campaign = make_campaign(lateness=60)
+    seen: list[list[object]] = [[], []]
+    try:
+        for store, clock, out in zip((memory, redis_store), clocks, seen, strict=True):
             await store.create_campaign(campaign, {"type": "campaign"})
+            played = plan(*[(0, 1, True)] * segments, hold=0)
             assert await store.commit_plan(campaign, 0, played, 0, _plan_record(), clock.now)
-            if upgraded:
-                sched = store.keys.sched(campaign.id)
-                await client.hset(sched, "table", earlier_table(played))
-                await client.hdel(sched, "records")
-            arms.append([await claim(store, campaign, clock, i, f"d{i}") for i in range(1, 7)])
-            views.append(await store.schedule_view(campaign))
-        finally:
-            await store.close()
-    await client.aclose()
-    assert arms[0] == arms[1] == [0, 0, 1, 1, 2, 2]
-    assert [(o.segment, o.slots) for o in views[0].open] == [(o.segment, o.slots) for o in views[1].open]
-    assert [o.segment.arm for o in views[1].open] == [0, 1, 2]
+            for first in range(0, segments + 1, 64):  # every slot, then the hold's first
+                clock.now += SECOND
+                names = [f"d{n}" for n in range(first, min(first + 64, segments + 1))]
+                pulls = [pull(0, name, clock.now) for name in names]
+                claims = await store.claim_slots(campaign, pulls, [None] * len(names), 60)
+                assert {claim.status for claim in claims} == {ClaimStatus.NEW}
+            clock.now += 120 * SECOND  # every record's lateness passed: the claims close them
+            for n in range(3):
+                claimed = await store.claim_slot(campaign, pull(0, f"h{n}", clock.now), None, 60)
+                view = await store.schedule_view(campaign)
+                out.append((claimed.status, len(view.closed), len(view.open)))
+    finally:
+        await redis_store.close()
+    assert seen[0] == seen[1]
+    assert [closed for _, closed, _ in seen[0]] == [segments] * 3  # the first claim closed all, in two passes
+    assert [status for status, _, _ in seen[0]] == [ClaimStatus.NEW, ClaimStatus.NEEDS_PLAN, ClaimStatus.NEEDS_PLAN]

@@ -16,7 +16,7 @@ local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[5]), to
 local expected_arm, expected_propensity, ttl = ARGV[2], ARGV[3], ARGV[4]
 
 -- The schedule's fields this script reads, in one call, and kept current by ``set`` (a claim read each of
--- them separately, some twice: 14 calls); the closing rule (close_ready) reads and writes its own.
+-- them separately, some twice); the closing rule (close_ready) reads and writes its own.
 local names = {'table', 'start', 'slot', 'cur', 'last', 'first', 'v'}
 local fields = {}
 for i, value in ipairs(redis.call('HMGET', sched, unpack(names))) do fields[names[i]] = value end
@@ -30,7 +30,7 @@ end
 local refused = ({paused = 2, unknown = 3, moved = 6})[campaign_refusal(counters, ARGV[8])]
 local refusal = refused and {refused, '', '', 0}
 if not refusal and not fields.table then refusal = {4, '', '', 0} end
-local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted}, ...}, hold, next}
+local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}
 local start = num('start')
 
 local function resolve(s)
@@ -54,20 +54,11 @@ local function slot_start(s)
   return now
 end
 
--- The JSON of the segment at plan index ``index`` (-1: the hold), table row ``row``, for its record: kept in
--- 'records', or in the row itself in a table committed before 'records' existed.
-local function segment_json(index, row)
-  if row[5] then return row[5] end
-  local records = cjson.decode(redis.call('HGET', sched, 'records'))
-  if index == -1 then return records.hold end
-  return records.segments[index + 1]
-end
-
 -- Open a record for each segment entered until plan index ``target`` (several only with wall-clock slots
--- and no decision during whole segments); whether it opened any.
+-- and no decision during whole segments).
 local function enter(target)
   local current, last = num('cur'), num('last')
-  if current == target then return false end
+  if current == target then return end
   while current ~= target do
     local following = (current == -2) and 0 or current + 1
     if following < 0 or following >= #plan.segments then following = -1 end
@@ -79,13 +70,12 @@ local function enter(target)
     local entered = (following == -1) and plan.hold or plan.segments[following + 1]
     last = last + 1
     local id = int(last)
-    redis.call('HSET', segments, id .. ':j', segment_json(following, entered), id .. ':a', entered[2],
-      id .. ':c', entered[4], id .. ':f', int(first), id .. ':s', int(begins), id .. ':r', '0')
+    redis.call('HSET', segments, id .. ':j', entered[5], id .. ':a', entered[2], id .. ':c', entered[4],
+      id .. ':f', int(first), id .. ':s', int(begins), id .. ':r', '0')
     redis.call('ZADD', starts, int(begins), id)
     current = following
   end
   set('cur', int(current), 'last', int(last))
-  return true
 end
 
 -- The plan has been played and the next one may be made (at once, or once its segments are closed).
@@ -114,9 +104,10 @@ local function claim(decision, record, request)
     return {5, tostring(segment[2]), segment[3], num('v')}
   end
 
-  -- Past the plan, the records were closed above: again only if entering the hold ended one.
-  if enter(target) or target ~= -1 then close_ready(sched, segments, starts, closed, now, lateness) end
+  enter(target)
   set('slot', int(slot))
+
+  close_ready(sched, segments, starts, closed, now, lateness)
 
   local seq = redis.call('HINCRBY', counters, 'd', 1)
   redis.call('HINCRBY', counters, 'n:' .. expected_arm, 1)
