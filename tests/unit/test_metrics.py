@@ -20,7 +20,9 @@ from latebandit import metrics
 def small_caps(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(metrics, "caps", metrics.LabelCaps(campaigns=2, arms=2))
     monkeypatch.setattr(metrics, "_labelled", {})
+    metrics.decision_counter.cache_clear()  # its series were looked up under the caps replaced here
     yield
+    metrics.decision_counter.cache_clear()
 
 
 def test_campaigns_and_arms_beyond_the_caps_share_the_other_label(small_caps: None) -> None:

@@ -55,17 +55,19 @@ class HotPaths:
 
 
 async def read_body(request: Request) -> bytes:
-    """The request's body, as ``Request.body`` reads it (a client that disconnects first raises
-    ClientDisconnect), without its stream's async generator: with JsonAnswer, a /choose's ASGI layers took
-    9.0 µs in process against 10.9."""
+    """The request's body, as ``Request.body`` reads it (the chunks of its ``http.request`` messages; a
+    client that disconnects first raises ClientDisconnect), without its stream's async generator: with
+    JsonAnswer, a /choose's ASGI layers took 9.0 µs in process against 10.9. Read once: unlike
+    ``Request.body`` it keeps no copy, and the endpoint is the body's only reader."""
     chunks = []
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 class JsonAnswer(Response):
