@@ -1,9 +1,9 @@
-"""A non-standing policy's next choice, prepared after a lone decision is answered (engine/prepared.py), on
-real Redis: it is what the policy computes from the statistics the next decision reads, with the uniforms
-the engine's generator held when it was prepared; the next request then draws nothing. A new histogram read
-or a new policy version discards it (the request calls the policy itself); what the worker's view does not
-see yet (another worker's decision, a conversion) keeps it, as it keeps the view the request would read. A
-standing policy's used-up standing choice is renewed the same way."""
+"""A non-standing policy's next choice, prepared while a lone decision is recorded or once it is answered
+(engine/prepared.py), on real Redis: it is what the policy computes from the statistics the next decision
+reads, with the uniforms the engine's generator held when it was prepared; the next request then draws
+nothing. A new histogram read or a new policy version discards it (the request calls the policy itself);
+what the worker's view does not see yet (another worker's decision, a conversion) keeps it, as it keeps the
+view the request would read. A standing policy's used-up standing choice is renewed the same way."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from latebandit.campaign import Campaign, CampaignSpec, PolicyChange
 from latebandit.delays.exposure import exposure
 from latebandit.engine.core import GROUP_LIMIT, DecisionEngine, EngineOptions
 from latebandit.engine.describe import arm_stats
+from latebandit.store.base import StateSnapshot
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time
 from latebandit.tokens import TokenSigner
@@ -30,13 +31,26 @@ INTERVAL = 1.0  # seconds a histogram read is reused (EngineOptions.snapshot_int
 SPEC = CampaignSpec(id="patient", arms=["a", "b", "c"], policy={"name": "patient-bandits"}, window=3600.0)
 
 
+class ObservedEngine(DecisionEngine):
+    """Notes where its generator stood when it began preparing the choice it keeps: a request's own draws end
+    there (a choice is prepared while the request's decision is recorded, inside the request's ``choose``)."""
+
+    rng_at_prepare: dict | None = None
+
+    def _prepare_next(self, key: tuple[str, int], campaign: Campaign, state: StateSnapshot) -> None:
+        before, kept = copy.deepcopy(self.rng.bit_generator.state), self._prepared.get(campaign.id)
+        super()._prepare_next(key, campaign, state)
+        if self._prepared.get(campaign.id) is not kept:
+            self.rng_at_prepare = before
+
+
 class Workers:
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.now = T0
         self.stores = [RedisStore(redis_url, prefix, clock=self.clock) for _ in range(2)]
         options = EngineOptions(snapshot_interval=INTERVAL)
         self.first, self.second = (
-            DecisionEngine(store, TokenSigner(SECRET), self.clock, np.random.default_rng(seed), options)
+            ObservedEngine(store, TokenSigner(SECRET), self.clock, np.random.default_rng(seed), options)
             for seed, store in enumerate(self.stores)
         )
 
@@ -73,12 +87,20 @@ def uniforms_between(before: dict, after: dict) -> int:
     raise AssertionError("more than 15 uniforms drawn")
 
 
-async def decide_drawing(engine: DecisionEngine, campaign_id: str = SPEC.id) -> tuple[tuple[str, float], int]:
-    """A decision, and how many uniforms the request itself drew: 0 from a prepared choice, 1 from a standing
-    one, K (one per arm) from the argmax policy's own call."""
+def generator_at(state: dict) -> np.random.Generator:
+    generator = np.random.Generator(np.random.PCG64())
+    generator.bit_generator.state = state
+    return generator
+
+
+async def decide_drawing(engine: ObservedEngine, campaign_id: str = SPEC.id) -> tuple[tuple[str, float], int]:
+    """A decision, and how many uniforms the request itself drew before a next choice was prepared: 0 from a
+    prepared choice, 1 from a standing one, K (one per arm) from the argmax policy's own call."""
     before = copy.deepcopy(engine.rng.bit_generator.state)
+    engine.rng_at_prepare = None
     decision = await engine.choose(campaign_id)
-    return (decision.arm, decision.propensity), uniforms_between(before, engine.rng.bit_generator.state)
+    end = engine.rng_at_prepare or engine.rng.bit_generator.state
+    return (decision.arm, decision.propensity), uniforms_between(before, end)
 
 
 async def past_the_opening(engine: DecisionEngine, campaign_id: str = SPEC.id) -> None:
@@ -86,13 +108,16 @@ async def past_the_opening(engine: DecisionEngine, campaign_id: str = SPEC.id) -
         await engine.choose(campaign_id)
 
 
-async def test_the_next_choice_is_the_policys_own_computed_after_the_answer(workers: Workers) -> None:
+async def test_the_next_choice_is_the_policys_own_prepared_while_the_decision_is_recorded(workers: Workers) -> None:
+    """The choice prepared while the previous decision was recorded is the policy's own from the statistics the
+    store holds once that decision is answered, with the uniforms the generator held when it was prepared."""
     engine = workers.first
     await past_the_opening(engine)
     for _ in range(30):
         campaign = await engine.campaign(SPEC.id)
-        expected = expected_choice(engine, campaign, copy.deepcopy(engine.rng))
-        await asyncio.sleep(0)  # the answered decision's callback prepares the next one
+        await asyncio.sleep(0)  # the answered decision's check: what was prepared meanwhile serves
+        assert engine.rng_at_prepare is not None
+        expected = expected_choice(engine, campaign, generator_at(engine.rng_at_prepare))
         assert await decide_drawing(engine) == (expected, 0)
 
 
@@ -132,6 +157,23 @@ async def test_a_prepared_choice_serves_only_the_statistics_it_was_computed_from
     await asyncio.sleep(0)
     _, drawn = await decide_drawing(workers.first)  # and the next one is prepared again
     assert drawn == 0
+
+
+async def test_a_reply_with_another_workers_decision_leaves_the_preparation_to_the_answer(workers: Workers) -> None:
+    """Where a record's reply brings another worker's decision, the choice prepared during the record (from
+    counters that lacked it) does not serve: it is made ready again once the decision is answered, and the
+    next decisions prepare theirs after their answer until a reply holds no other writer's decision."""
+    engine = workers.first
+    await past_the_opening(engine)
+    await other_decision(workers)
+    _, drawn = await decide_drawing(engine)  # the choice prepared before the other decision: the view lacks it
+    assert drawn == 0
+    await asyncio.sleep(0)
+    assert engine._predictable[SPEC.id] is False
+    _, drawn = await decide_drawing(engine)  # prepared after the previous answer, from the counters it brought
+    assert drawn == 0
+    await asyncio.sleep(0)
+    assert engine._predictable[SPEC.id] is True
 
 
 async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Workers) -> None:
@@ -177,7 +219,7 @@ async def test_a_used_up_standing_choice_is_renewed_between_requests(
     workers: Workers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A standing choice serves GROUP_LIMIT decisions; the decision that uses it up has the next one computed
-    after its answer, from the statistics the next request reads: no request past the opening calls the
+    while it is recorded, from the statistics the next request reads: no request past the opening calls the
     policy, each draws one uniform from a standing law, and that law is the policy's own for the held
     statistics, computed here independently."""
     engine = workers.first
@@ -209,20 +251,21 @@ async def test_a_used_up_standing_choice_is_renewed_between_requests(
 
 
 async def test_nothing_is_made_ready_while_a_decision_is_being_recorded(workers: Workers) -> None:
-    """An earlier decision's callback can run while another decision of the campaign waits for its record:
-    it then leaves the standing choice that decision used up alone, since that pull is not yet in the
-    counters it would renew from; the recorded decision's own callback renews it."""
+    """An earlier decision's check after its answer can run while another decision of the campaign waits for
+    its record: it then leaves the choices alone, since that pull is not in the counters it holds; the
+    decision being recorded makes the next one ready itself (its standing choice renewed)."""
     engine = workers.first
     campaign = await standing_campaign(engine)
     key = (campaign.id, campaign.version)
+    before = engine.store.held(campaign, INTERVAL)
+    assert before is not None
     engine._standing[campaign.id].remaining = 1
     recording = asyncio.create_task(engine.choose("standing"))
     while not engine._decisions.busy(key):
         await asyncio.sleep(0)
-    used_up = engine._standing[campaign.id]
-    assert used_up.remaining == 0
-    engine._prepare_next(key, campaign)
-    assert engine._standing[campaign.id] is used_up and campaign.id not in engine._prepared
+    standing = engine._standing[campaign.id]
+    engine._prepare_after(key, campaign, before)
+    assert engine._standing[campaign.id] is standing and campaign.id not in engine._prepared
     await recording
     await asyncio.sleep(0)
     assert engine._standing[campaign.id].remaining == GROUP_LIMIT

@@ -1,6 +1,7 @@
 """PreparedChoice.serves (engine/prepared.py): a prepared choice serves one decision taken from exactly the
-objects it was computed from, and nothing else: another campaign object, counters, histogram or delay
-histogram, equal in value or not, or a batch of decisions."""
+campaign object and histogram reads it was computed from and counters of the same values (a record's reply
+builds new ones), and nothing else: another campaign object, histogram or delay histogram, equal in value or
+not, counters that differ in any count, or a batch of decisions."""
 
 from __future__ import annotations
 
@@ -27,10 +28,22 @@ def test_it_serves_a_lone_decision_from_the_same_objects() -> None:
     assert not choice.serves(choice.campaign, same, 2)
 
 
-@pytest.mark.parametrize("changed", ["campaign", "counters", "histogram", "delays"])
-def test_an_equal_copy_of_any_input_is_not_the_same_statistics(changed: str) -> None:
+@pytest.mark.parametrize("changed", ["campaign", "histogram", "delays"])
+def test_an_equal_copy_of_the_campaign_or_a_read_is_not_the_same_statistics(changed: str) -> None:
     choice, state = prepared()
     current = choice.campaign.model_copy() if changed == "campaign" else choice.campaign
     if changed != "campaign":
         state = dataclasses.replace(state, **{changed: copy.deepcopy(getattr(state, changed))})
     assert not choice.serves(current, state, 1)
+
+
+def test_counters_serve_by_value() -> None:
+    choice, state = prepared()
+    copied = dataclasses.replace(state, counters=copy.deepcopy(state.counters))
+    assert choice.serves(choice.campaign, copied, 1)
+    counters = state.counters
+    changes = {"decisions": counters.decisions + 1, "pulls": counters.pulls + 1,
+               "conversions": counters.conversions + 0.5, "matured": counters.matured + 1}  # fmt: skip
+    for field, changed in changes.items():
+        other = dataclasses.replace(state, counters=dataclasses.replace(counters, **{field: changed}))
+        assert not choice.serves(choice.campaign, other, 1), field

@@ -28,7 +28,7 @@ from latebandit.engine.directory import MAX_MOVES, CampaignDirectory, UnknownCam
 from latebandit.engine.group_commit import GroupCommit
 from latebandit.engine.ingest import BatchIngest, Ingest
 from latebandit.engine.planner import Planner
-from latebandit.engine.prepared import PreparedChoice
+from latebandit.engine.prepared import PreparedChoice, recorded
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
 from latebandit.engine.standing import StandingChoice
 from latebandit.policies.base import ArmStats, Policy
@@ -107,6 +107,7 @@ class DecisionEngine:
         self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
         self._standing: dict[str, StandingChoice] = {}  # per campaign, while its statistics stand
         self._prepared: dict[str, PreparedChoice] = {}  # per campaign, its next decision's choice
+        self._predictable: dict[str, bool] = {}  # per campaign: its last lone decision's reply held no other writes
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
         self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
         self._publishing = threading.Lock()
@@ -224,8 +225,10 @@ class DecisionEngine:
         self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
         """The decisions of one group commit: one policy call for the whole batch (each row its own draw),
-        one store call to record them. Taken at the batch's time, from the same statistics. After a lone
-        decision, answered, the next one is made ready (``_prepare_next``)."""
+        one store call to record them. Taken at the batch's time, from the same statistics. For a lone
+        decision the next one is made ready (``_prepare_next``) while it is recorded, from the counters the
+        record will answer where the last reply held no other writer's, and checked (``_prepare_after``)
+        once it is answered."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id in requests]
         now = self.clock()
@@ -235,9 +238,12 @@ class DecisionEngine:
             self._pull(campaign, arm, propensity, now, request_id)
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
+        loop, lone = asyncio.get_running_loop(), len(requests) == 1
+        if lone and self._predictable.get(campaign.id, True):  # runs once the record waits for Redis's reply
+            loop.call_soon(self._prepare_next, key, campaign, recorded(state, pulls[0].arm))
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
-        if len(requests) == 1 and results[0].status in ANSWERED:
-            asyncio.get_running_loop().call_soon(self._prepare_next, key, campaign)
+        if lone and results[0].status in ANSWERED:
+            loop.call_soon(self._prepare_after, key, campaign, state)
         return results
 
     async def _choose(
@@ -281,25 +287,41 @@ class DecisionEngine:
         choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
         return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
 
-    def _prepare_next(self, key: tuple[str, int], campaign: Campaign) -> None:
-        """What the next decision needs, from the statistics it will read if nothing else writes first, so
-        that it does not compute it itself: a standing choice that serves it (renewed once the one held is
-        used up after 64 decisions or computed from another S: the policy's call that every 64th decision
-        paid, 83 µs at 10 arms in benchmarks.policy_call_bench); where the policy has no standing law (it
-        does not stand, an opening, a nan law), its choice (engine/prepared.py). Not while a decision of the
-        campaign is queued or being recorded (its pull is not in the counters read here yet), nor without a
-        held histogram read whose Ñ is computed (that needs I/O), nor for a planned policy (its plan may
-        change before the next decision)."""
-        if self._decisions.busy(key) or self.planner.plans(campaign):
+    def _prepare_next(self, key: tuple[str, int], campaign: Campaign, state: StateSnapshot) -> None:
+        """What the next decision needs, from ``state``, the statistics it reads if nothing else writes first, so
+        that it does not compute it itself: a standing choice that serves it (renewed once the one held is used
+        up after 64 decisions or computed from another S: the policy's call that every 64th decision paid, 83 µs
+        at 10 arms in benchmarks.policy_call_bench); where the policy has no standing law (it does not stand, an
+        opening, a nan law), its choice (engine/prepared.py), 40 µs in the server for patient-bandits' 3 arms.
+        Not while other decisions of the campaign wait (they go as one batch), nor where a choice prepared
+        already serves it, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for a
+        planned policy (its plan may change before the next decision)."""
+        if self._decisions.waiting(key) or self.planner.plans(campaign) or self._standing_serves(campaign, state, 1):
             return
-        state = self.store.held(campaign, self.options.snapshot_interval)
-        if state is None or self._standing_serves(campaign, state, 1):
+        prepared = self._prepared.get(campaign.id)
+        if prepared is not None and prepared.serves(campaign, state, 1):
             return
         policy, stats = campaign.policy_impl, self._held_stats(campaign, state)
         if stats is None or self._renew_standing(campaign, state, policy, stats) is not None:
             return
         ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
         self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)
+
+    def _prepare_after(self, key: tuple[str, int], campaign: Campaign, before: StateSnapshot) -> None:
+        """Once a lone decision taken from ``before`` is answered: the next one made ready from the statistics
+        held now, unless what was prepared while it was recorded serves them. That needs the reply to hold no
+        other writer's decision or conversion, which one worker's campaign between conversions shows; where
+        replies do hold some (other workers deciding), preparing during the record is left off until one does
+        not. Not while a decision of the campaign is queued or being recorded (its pull is not in the counters
+        held yet)."""
+        if self._decisions.busy(key):
+            return
+        state = self.store.held(campaign, self.options.snapshot_interval)
+        if state is None:
+            return
+        held, sent = state.counters, before.counters
+        self._predictable[campaign.id] = held.conversions is sent.conversions and held.decisions == sent.decisions + 1
+        self._prepare_next(key, campaign, state)
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""

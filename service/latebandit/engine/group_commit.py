@@ -56,6 +56,11 @@ class GroupCommit(Generic[Key, Item, Result]):
         """Whether a flush of ``key`` is in flight or items wait for one."""
         return key in self._lanes
 
+    def waiting(self, key: Key) -> bool:
+        """Whether items of ``key`` wait for a flush (they go together in the next one)."""
+        lane = self._lanes.get(key)
+        return lane is not None and bool(lane.waiting)
+
     def _hand_over(self, key: Key, lane: _Lane[Item, Result]) -> None:
         """After an idle lane's first flush: a task drains what arrived meanwhile, else the lane retires."""
         if not lane.waiting:
