@@ -159,6 +159,20 @@ async def test_a_prepared_choice_serves_only_the_statistics_it_was_computed_from
     assert drawn == 0
 
 
+async def test_the_choice_is_prepared_during_the_record_and_kept_after_the_answer(workers: Workers) -> None:
+    """The next choice exists when ``choose`` returns, before the loop has run anything else (so it was made
+    while the decision was recorded), and the check after the answer keeps that very choice: it was computed
+    from the counters the reply brought."""
+    engine = workers.first
+    await past_the_opening(engine)
+    for _ in range(10):
+        await engine.choose(SPEC.id)
+        during = engine._prepared.get(SPEC.id)
+        assert during is not None
+        await asyncio.sleep(0)  # the answer's check
+        assert engine._prepared.get(SPEC.id) is during
+
+
 async def test_a_reply_with_another_workers_decision_leaves_the_preparation_to_the_answer(workers: Workers) -> None:
     """Where a record's reply brings another worker's decision, the choice prepared during the record (from
     counters that lacked it) does not serve: it is made ready again once the decision is answered, and the
@@ -172,17 +186,29 @@ async def test_a_reply_with_another_workers_decision_leaves_the_preparation_to_t
     assert engine._predictable[SPEC.id] is False
     _, drawn = await decide_drawing(engine)  # prepared after the previous answer, from the counters it brought
     assert drawn == 0
+    assert SPEC.id not in engine._prepared  # nothing during this record: it waits for the answer
     await asyncio.sleep(0)
-    assert engine._predictable[SPEC.id] is True
+    assert engine._predictable[SPEC.id] is True and SPEC.id in engine._prepared
+    await engine.choose(SPEC.id)
+    assert SPEC.id in engine._prepared  # a quiet reply: the next one is prepared during the record again
 
 
-async def test_nothing_is_prepared_for_decisions_that_go_together(workers: Workers) -> None:
+async def test_nothing_is_prepared_for_decisions_that_go_together(
+    workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first of three simultaneous decisions goes alone, the two others together once it is recorded: its
+    record's preparation finds them waiting and prepares nothing (a batch computes its own rows), so the only
+    policy call is the batch's."""
     engine = workers.first
     await past_the_opening(engine)
     await asyncio.sleep(0)
+    calls: list[int] = []
+    policy_call = engine._policy_call
+    monkeypatch.setattr(engine, "_policy_call", lambda *args: calls.append(1) or policy_call(*args))
     decisions = await asyncio.gather(*(engine.choose(SPEC.id) for _ in range(3)))
     assert len({decision.decision_id for decision in decisions}) == 3  # the first alone, two together
     await asyncio.sleep(0)
+    assert len(calls) == 1
     _, drawn = await decide_drawing(engine)
     assert drawn == len(SPEC.arms)
 
@@ -242,11 +268,10 @@ async def test_a_used_up_standing_choice_is_renewed_between_requests(
         await asyncio.sleep(0)
     assert len(renewals) == 2  # after the 64th and the 128th standing draw
     monkeypatch.setattr(engine, "_stats", in_request)
-    workers.now += int(INTERVAL * MICROS) * 2  # the histogram read expires: it is read again meanwhile
-    for _ in range(3):
-        _, drawn = await decide_drawing(engine, "standing")
-        assert drawn == 1
-        await asyncio.sleep(0)
+    workers.now += int(INTERVAL * MICROS) * 2  # the histogram read expires
+    await engine.store.snapshot(campaign, 0.0)  # and is read again, as a request's refresh does
+    _, drawn = await decide_drawing(engine, "standing")
+    assert drawn == 1
     assert len(renewals) == 3  # the first request on the new read computes its Ñ (I/O to fold) and renews
 
 

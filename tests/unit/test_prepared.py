@@ -5,6 +5,7 @@ not, counters that differ in any count, or a batch of decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 
@@ -47,3 +48,24 @@ def test_counters_serve_by_value() -> None:
     for field, changed in changes.items():
         other = dataclasses.replace(state, counters=dataclasses.replace(counters, **{field: changed}))
         assert not choice.serves(choice.campaign, other, 1), field
+
+
+async def test_the_embedded_store_prepares_nothing_it_could_not_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded store builds a decision's statistics anew each time, so no prepared choice would serve
+    one: a non-standing policy's lone decisions call it once each, in the request, and nothing more."""
+    from latebandit.campaign import CampaignSpec
+    from latebandit.engine.core import DecisionEngine, EngineOptions
+    from latebandit.store.memory import MemoryStore
+    from latebandit.tokens import TokenSigner
+
+    now = 1_800_000_000_000_000
+    engine = DecisionEngine(MemoryStore(clock=lambda: now), TokenSigner("embedded"), lambda: now,
+                            np.random.default_rng(0), EngineOptions())  # fmt: skip
+    await engine.create_campaign(CampaignSpec(id="p", arms=["a", "b", "c"], policy={"name": "patient-bandits"}))
+    calls: list[int] = []
+    policy_call = engine._policy_call
+    monkeypatch.setattr(engine, "_policy_call", lambda *args: calls.append(1) or policy_call(*args))
+    for _ in range(20):
+        await engine.choose("p")
+        await asyncio.sleep(0)
+    assert len(calls) == 20 and not engine._prepared

@@ -239,8 +239,8 @@ class DecisionEngine:
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
         loop, lone = asyncio.get_running_loop(), len(requests) == 1
-        if lone and self._predictable.get(campaign.id, True):  # runs once the record waits for Redis's reply
-            loop.call_soon(self._prepare_next, key, campaign, recorded(state, pulls[0].arm))
+        if lone and self._predictable.get(campaign.id, True) and self._holds(campaign):
+            loop.call_soon(self._prepare_next, key, campaign, recorded(state, pulls[0].arm))  # in the reply's wait
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
         if lone and results[0].status in ANSWERED:
             loop.call_soon(self._prepare_after, key, campaign, state)
@@ -312,16 +312,20 @@ class DecisionEngine:
         held now, unless what was prepared while it was recorded serves them. That needs the reply to hold no
         other writer's decision or conversion, which one worker's campaign between conversions shows; where
         replies do hold some (other workers deciding), preparing during the record is left off until one does
-        not. Not while a decision of the campaign is queued or being recorded (its pull is not in the counters
-        held yet)."""
-        if self._decisions.busy(key):
-            return
+        not. Nothing is prepared while a decision of the campaign is queued or being recorded (its pull is not
+        in the counters held yet)."""
         state = self.store.held(campaign, self.options.snapshot_interval)
         if state is None:
             return
-        held, sent = state.counters, before.counters
+        held, sent = state.counters, before.counters  # this decision's reply (another one in flight has none yet)
         self._predictable[campaign.id] = held.conversions is sent.conversions and held.decisions == sent.decisions + 1
-        self._prepare_next(key, campaign, state)
+        if not self._decisions.busy(key):
+            self._prepare_next(key, campaign, state)
+
+    def _holds(self, campaign: Campaign) -> bool:
+        """Whether the store holds the campaign's statistics between decisions, what a prepared choice is
+        compared with (the embedded store builds them anew for each decision: nothing prepared would serve)."""
+        return self.store.held(campaign, self.options.snapshot_interval) is not None
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""

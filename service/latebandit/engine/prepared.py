@@ -13,8 +13,9 @@ alone from those statistics: the same campaign object (policy version, floor), t
 histogram read (by identity), and counters of the same values. Whatever changes them discards it. The choice
 is the one the policy call would have made from those statistics, with fresh uniforms: the same law, only
 computed earlier. Nothing is prepared while decisions are queued: they go as one batch, which a single
-prepared choice does not serve; nor where a standing choice serves the next decision, which is renewed the
-same way instead (DecisionEngine._prepare_next).
+prepared choice does not serve; nor where the store holds no statistics between decisions (the embedded one);
+nor where a standing choice serves the next decision, which is renewed the same way instead
+(DecisionEngine._prepare_next).
 """
 
 from __future__ import annotations
