@@ -84,10 +84,6 @@ def error(status_code: int, code: str, detail: str) -> HTTPException:
     return HTTPException(status_code, detail={"error": code, "detail": detail})
 
 
-def json_response(body: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
-
-
 class BodyTooLarge(Exception):
     pass
 
@@ -204,31 +200,31 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             campaign_id, why = exists.args
             raise error(409, "campaign_exists", f"campaign {campaign_id!r} cannot be created: {why}") from exists
         admin_log.info("campaign created", extra={"campaign": campaign.id, "policy": campaign.policy.name})
-        return json_response(campaign.public(), 201)
+        return JsonAnswer(campaign.public(), 201)
 
     @app.get("/campaigns")
     async def list_campaigns(engine: Engine) -> Response:
-        return json_response({"campaigns": await engine.store.list_campaigns()})
+        return JsonAnswer({"campaigns": await engine.store.list_campaigns()})
 
     @app.get("/campaigns/{campaign_id}")
     async def get_campaign(campaign_id: Identifier, engine: Engine) -> Response:
-        return json_response((await engine.campaign(campaign_id, fresh=True)).public())
+        return JsonAnswer((await engine.campaign(campaign_id, fresh=True)).public())
 
     @app.get("/campaigns/{campaign_id}/state")
     async def get_state(
         campaign_id: Identifier, engine: Engine, request: Request, at: Annotated[str | None, Query()] = None
     ) -> Response:
         if at is None:
-            return json_response(await engine.state(campaign_id))
+            return JsonAnswer(await engine.state(campaign_id))
         try:
             moment = parse_time(at)
         except ValueError as bad:
             raise error(422, "invalid_request", f"at: {bad}") from bad
         if moment >= engine.clock():
-            return json_response(await engine.state(campaign_id, moment))
+            return JsonAnswer(await engine.state(campaign_id, moment))
         await engine.campaign(campaign_id, fresh=True)
         try:
-            return json_response(await request.app.state.past_states.state(campaign_id, moment))
+            return JsonAnswer(await request.app.state.past_states.state(campaign_id, moment))
         except CampaignNotYet as missing:
             raise error(404, "unknown_campaign", f"campaign {campaign_id!r} did not exist at that time") from missing
 
@@ -236,13 +232,13 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
     async def pause(campaign_id: Identifier, engine: Engine) -> Response:
         campaign = await engine.set_status(campaign_id, CampaignStatus.PAUSED)
         admin_log.info("campaign paused", extra={"campaign": campaign_id})
-        return json_response(campaign.public())
+        return JsonAnswer(campaign.public())
 
     @app.post("/campaigns/{campaign_id}/resume")
     async def resume(campaign_id: Identifier, engine: Engine) -> Response:
         campaign = await engine.set_status(campaign_id, CampaignStatus.ACTIVE)
         admin_log.info("campaign resumed", extra={"campaign": campaign_id})
-        return json_response(campaign.public())
+        return JsonAnswer(campaign.public())
 
     @app.post("/campaigns/{campaign_id}/policy")
     async def change_policy(campaign_id: Identifier, change: PolicyChange, engine: Engine) -> Response:
@@ -256,7 +252,7 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             raise error(409, "policy_changed", "another policy change happened meanwhile: read and retry") from moved
         admin_log.info("campaign policy changed", extra={"campaign": campaign_id, "policy": campaign.policy.name,
                                                         "version": campaign.version})  # fmt: skip
-        return json_response(campaign.public())
+        return JsonAnswer(campaign.public())
 
     # decisions and feedback -----------------------------------------------------------------------
 
@@ -322,6 +318,6 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             checks["audit"] = "unavailable"
             readiness_log.warning("not ready: the audit database: %s", down)
         ready = all(value == "ok" for value in checks.values())
-        return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+        return JsonAnswer({"ready": ready, "checks": checks}, 200 if ready else 503)
 
     return app

@@ -71,13 +71,14 @@ async def read_body(request: Request) -> bytes:
 
 
 class JsonAnswer(Response):
-    """A 200 answer of ``content`` as JSON: the headers Starlette's ``Response`` sends for it (the same
-    bytes, in the same order), set directly rather than assembled per request."""
+    """An answer of ``content`` as JSON, every route's: the headers Starlette's ``Response`` sends for it (the
+    same bytes, in the same order, for a status that has a body), set directly rather than assembled per
+    request."""
 
     media_type = "application/json"
 
-    def __init__(self, content: Any) -> None:
+    def __init__(self, content: Any, status_code: int = 200) -> None:
         self.body = orjson.dumps(content)
-        self.status_code = 200
+        self.status_code = status_code
         self.background = None
         self.raw_headers = [(b"content-length", str(len(self.body)).encode()), (b"content-type", b"application/json")]

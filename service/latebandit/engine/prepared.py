@@ -56,9 +56,6 @@ def same_counts(counters: Counters, expected: Counters) -> bool:
 
 def recorded(state: StateSnapshot, arm: int) -> StateSnapshot:
     """``state`` with one more decision, of ``arm``: the counters a record script answers when no one else
-    wrote since ``state`` was read (store/redis.py, ``_counters_after``)."""
-    counters = state.counters
-    pulls = counters.pulls.copy()
-    pulls[arm] += 1
-    return StateSnapshot(Counters(counters.decisions + 1, pulls, counters.conversions, counters.matured),
-                         state.histogram, state.delays)  # fmt: skip
+    wrote since ``state`` was read, built as the store builds them (store/redis.py, ``_counters_after``)."""
+    counters = state.counters.with_pulls([arm], state.counters.decisions + 1)
+    return StateSnapshot(counters, state.histogram, state.delays)

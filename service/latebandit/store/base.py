@@ -11,7 +11,7 @@ keeps the state bounded by the window, not by traffic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -60,6 +60,14 @@ class Counters:
     def zeros(cls, arms: int) -> Counters:
         ints = np.zeros(arms, dtype=np.int64)
         return cls(0, pulls=ints, conversions=np.zeros(arms), matured=ints.copy())
+
+    def with_pulls(self, arms: Iterable[int], decisions: int) -> Counters:
+        """These counters with a pull of each of ``arms`` added and the decision count ``decisions``; S and the
+        matured counts shared (unchanged)."""
+        pulls = self.pulls.copy()
+        for arm in arms:
+            pulls[arm] += 1
+        return Counters(decisions, pulls, self.conversions, self.matured)
 
 
 @dataclass

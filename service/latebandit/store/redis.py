@@ -398,11 +398,7 @@ class RedisStore:
         cached = self._held_for(campaign)
         if isinstance(reply, int):
             assert sent is not None, "record_decisions answers a count only to counters sent with the batch"
-            pulls = sent.pulls.copy()
-            for arm, status in zip(arms, statuses, strict=True):
-                if status == 0:
-                    pulls[arm] += 1
-            counters = Counters(reply, pulls, sent.conversions, sent.matured)
+            counters = sent.with_pulls((arm for arm, status in zip(arms, statuses, strict=True) if status == 0), reply)
             if cached is not None and cached.counters is sent:
                 cached.counters = counters
             return counters
