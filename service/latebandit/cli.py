@@ -5,21 +5,26 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from latebandit.config import Settings, UnsafeSettings
+from latebandit.setting_flags import export_flags, flag_name, variable_name, with_setting_flags
 from latebandit.tables import show
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 app = typer.Typer(
     help="latebandit: bandit decisions whose rewards arrive late.", no_args_is_help=True, pretty_exceptions_enable=False
@@ -31,87 +36,48 @@ def _secrets_in_argv(flags: Mapping[str, object]) -> list[str]:
     """The flags given that carry a secret: a process's arguments are visible to every local user (ps)."""
     secret = [name for name in ("secret", "previous_secrets", "api_keys") if flags[name] is not None]
     passwords = [name for name in ("redis_url", "database_url") if flags[name] and urlsplit(str(flags[name])).password]
-    return ["--" + name.replace("_", "-") for name in secret + passwords]
+    return [flag_name(name) for name in secret + passwords]
 
 
 @app.command()
-def serve(
-    host: Annotated[str, typer.Option(envvar="LATEBANDIT_HOST")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="LATEBANDIT_PORT", min=1, max=65535)] = 8000,
-    workers: Annotated[int, typer.Option(envvar="LATEBANDIT_WORKERS", min=1)] = 1,
-    insecure: Annotated[
-        bool, typer.Option(envvar="LATEBANDIT_INSECURE", help="allow a non-loopback bind without API keys")
-    ] = False,
-    redis_url: Annotated[str | None, typer.Option(help="Redis URL; unset = in-process state")] = None,
-    redis_prefix: Annotated[str | None, typer.Option(help="first part of every Redis key")] = None,
-    redis_cluster: Annotated[bool | None, typer.Option(help="the Redis URL names a Redis Cluster node")] = None,
-    database_url: Annotated[str | None, typer.Option(help="audit database URL; unset = SQLite file")] = None,
-    secret: Annotated[str | None, typer.Option(help="HMAC key for decision ids (prefer the variable)")] = None,
-    previous_secrets: Annotated[
-        str | None, typer.Option(help="earlier secrets whose ids still verify (prefer the variable)")
-    ] = None,
-    max_skew: Annotated[float | None, typer.Option(help="seconds a feedback time may lie in the future")] = None,
-    api_keys: Annotated[str | None, typer.Option(help="comma-separated scope:key pairs")] = None,
-    api_keys_file: Annotated[Path | None, typer.Option(help="a file of scope:key pairs")] = None,
-    snapshot_interval: Annotated[float | None, typer.Option(help="seconds a pull histogram may be reused")] = None,
-    dedup_retention: Annotated[float | None, typer.Option(help="seconds an event_id outlives its window")] = None,
-    request_ttl: Annotated[float | None, typer.Option(help="seconds a /choose request_id is remembered")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info (access lines), warning, error")] = None,
-    metrics_campaigns: Annotated[int | None, typer.Option(min=1, help="campaigns with their own metric labels")] = None,
-    metrics_arms: Annotated[int | None, typer.Option(min=1, help="arms per campaign with their own labels")] = None,
-    metrics_access: Annotated[
-        Literal["loopback", "key", "open"] | None, typer.Option(help="who may read /metrics without a key")
-    ] = None,
-) -> None:
+@with_setting_flags
+def serve(**flags: object) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
-    Each flag sets the LATEBANDIT_* variable of the same name."""
-    import uvicorn
-    from rich.markup import escape
+    Each setting has a flag (--max-skew sets LATEBANDIT_MAX_SKEW). Exits 2 on a refused setting, and 3 when
+    a worker fails to start, whatever the number of workers."""
+    import tempfile
 
-    from latebandit.logs import log_config
+    from pydantic import ValidationError
 
-    flags = {
-        "redis_url": redis_url, "redis_prefix": redis_prefix, "redis_cluster": redis_cluster,
-        "database_url": database_url, "secret": secret, "previous_secrets": previous_secrets,
-        "max_skew": max_skew, "api_keys": api_keys, "api_keys_file": api_keys_file,
-        "snapshot_interval": snapshot_interval,
-        "dedup_retention": dedup_retention, "request_ttl": request_ttl, "log_level": log_level,
-        "metrics_campaigns": metrics_campaigns, "metrics_arms": metrics_arms, "metrics_access": metrics_access,
-        "host": host, "insecure": insecure,
-    }  # fmt: skip
-    for name, value in flags.items():
-        if value is not None:
-            os.environ[f"LATEBANDIT_{name.upper()}"] = str(value)
+    from latebandit.serving import run_service
+
+    export_flags(flags)
     exposed = _secrets_in_argv(flags)
     if exposed:
         console.print(f"[yellow]warning: {', '.join(exposed)} on the command line, where any local user can read "
                       "it (ps): set the LATEBANDIT_* variable instead[/]")  # fmt: skip
-    settings = Settings()
     try:
+        settings = Settings()
         settings.check()  # the application checks again in each worker, and logs the warnings
+    except ValidationError as invalid:
+        error = invalid.errors()[0]
+        name = str(error["loc"][0])
+        console.print(f"[red]{variable_name(name)} ({flag_name(name)}): {escape(error['msg'])}[/]")
+        raise typer.Exit(2) from None
     except UnsafeSettings as unsafe:
         console.print(f"[red]{escape(str(unsafe))}[/]")
         raise typer.Exit(2) from None
-    if settings.embedded and workers > 1:
+    if settings.embedded and settings.workers > 1:
         console.print(
             "[red]the embedded in-process state serves one worker[/]: set LATEBANDIT_REDIS_URL for --workers > 1"
         )
         raise typer.Exit(2)
     metrics_dir = None
-    if workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    if settings.workers > 1 and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         metrics_dir = tempfile.mkdtemp(prefix="latebandit-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     try:
-        uvicorn.run(
-            "latebandit.api.app:create_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level=settings.log_level,
-            log_config=log_config(settings.log_level),
-            access_log=False,  # latebandit.logs.RequestLog writes the access lines, with request ids
-        )
+        run_service(settings)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -147,16 +113,46 @@ def audit_writer(
 @app.command()
 def migrate() -> None:
     """Apply the Alembic migrations to LATEBANDIT_DATABASE_URL (or the embedded SQLite file), and create
-    the audit tables' day partitions up to a few days ahead (the audit writer keeps creating them)."""
+    the audit tables' day partitions up to a few days ahead (the audit writer keeps creating them). The
+    database itself must exist: on PostgreSQL, create it first (createdb)."""
+    from sqlalchemy.exc import OperationalError
+
     from latebandit.audit.log import AuditLog
     from latebandit.audit.migrate import head_revision
-    from latebandit.audit.partitions import ensure_days
-    from latebandit.timeutil import wall_clock
+    from latebandit.audit.partitions import DAY_US, day_start, ensure_days, last_day
+    from latebandit.timeutil import format_time, wall_clock
 
     audit = AuditLog(Settings().sqlalchemy_url)
-    audit.create_schema()
-    created = ensure_days(audit.engine, wall_clock())
-    console.print(f"audit schema at revision [bold]{head_revision()}[/]; {len(created)} day partition(s) created")
+    try:
+        audit.create_schema()
+    except OperationalError as error:
+        hint = _create_database_hint(audit.engine.url, error)
+        if hint is None:
+            raise
+        console.print(f"[red]error:[/] {escape(hint)}")
+        raise typer.Exit(1) from None
+    now = wall_clock()
+    created = ensure_days(audit.engine, now)
+    last = last_day(audit.engine)
+    if last is None:
+        days = "no day partitions (SQLite)"
+    else:
+        days = f"day partitions up to {format_time(last)[:10]} exist ({(last - day_start(now)) // DAY_US} days ahead)"
+    console.print(f"audit schema at revision [bold]{head_revision()}[/]; {days}; {len(created)} created")
+
+
+def _create_database_hint(url: URL, error: Exception) -> str | None:
+    """What to run when the database of ``url`` does not exist (PostgreSQL creates no database on connect);
+    None for any other error."""
+    if url.database is None or f'database "{url.database}" does not exist' not in str(error):
+        return None
+    host, port = url.host or "localhost", str(url.port or 5432)
+    user = ["-U", url.username] if url.username else []
+    createdb = shlex.join(["createdb", "-h", host, "-p", port, *user, url.database])
+    return (
+        f'PostgreSQL at {host}:{port} has no database "{url.database}": create it ({createdb}, or '
+        f'CREATE DATABASE "{url.database}"; in psql), then run latebandit migrate again'
+    )
 
 
 @app.command()
@@ -273,7 +269,6 @@ def _evaluate(
     json_out: Path | None, plot: Path | None, clip: float, estimator: str | None, seed: int,
 ) -> None:  # fmt: skip
     """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot."""
-    from rich.markup import escape
     from rich.progress import Progress
 
     from latebandit.replay.apply import read_log
@@ -379,7 +374,6 @@ def simulate(
     seed: Annotated[int | None, typer.Option(min=0, help="override the scenario's seed")] = None,
 ) -> None:
     """Run many independent runs of the scenario's policies on its environment, vectorised across runs."""
-    from rich.markup import escape
 
     from latebandit.sim.console import run_simulation
     from latebandit.sim.scenario import ScenarioError
@@ -400,7 +394,6 @@ def reproduce(
     plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
 ) -> None:
     """Re-run a paper's experiment at its settings and print our numbers beside the paper's."""
-    from rich.markup import escape
 
     from latebandit.sim.console import list_table, run_reproduce
     from latebandit.sim.scenario import ScenarioError
@@ -456,7 +449,6 @@ def loadtest(
 ) -> None:
     """Drive /choose and /feedback at a realistic mix (late conversions, duplicates, retries, aggregates
     where the campaign takes them) and report throughput, latency percentiles and errors."""
-    from rich.markup import escape
 
     from latebandit.loadtest.run import LoadTestError, report_table, run_loadtest, summary_lines
 
@@ -484,7 +476,7 @@ def main() -> None:
     try:
         app()
     except (ValueError, OSError, SQLAlchemyError, RedisError, SchemaBehind, StoreUnavailable) as error:
-        console.print(f"[red]error:[/] {_first_line(error)}")
+        console.print(f"[red]error:[/] {escape(_first_line(error))}")
         raise SystemExit(1) from None
 
 

@@ -1,4 +1,5 @@
-"""Settings from ``LATEBANDIT_*`` environment variables (pydantic-settings), each also a ``serve`` flag.
+"""Settings from ``LATEBANDIT_*`` environment variables (pydantic-settings), each also a ``serve`` flag
+(generated from these fields by latebandit.setting_flags: a new setting gets its flag without more code).
 
 Secrets (the HMAC secrets, API keys, and the URLs, which may hold passwords) are ``SecretStr``: a repr, a
 log line or an error shows ``**********``; code reads them with ``get_secret_value()`` where it needs them.
@@ -57,10 +58,10 @@ def revealed(secret: SecretStr | None) -> str | None:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LATEBANDIT_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = 1
-    insecure: bool = False
+    host: str = Field(default="127.0.0.1", description="the address `serve` listens on")
+    port: int = Field(default=8000, ge=1, le=65535, description="the port `serve` listens on")
+    workers: int = Field(default=1, ge=1, description="uvicorn worker processes; more than 1 needs Redis")
+    insecure: bool = Field(default=False, description="allow a non-loopback bind without API keys")
     redis_url: SecretStr | None = Field(default=None, description="redis://host:port/db; unset = in-process state")
     database_url: SecretStr | None = Field(default=None, description="postgresql://… or sqlite:///…; unset = SQLite")
     redis_cluster: bool = Field(default=False, description="redis_url names one node of a Redis Cluster")
@@ -125,8 +126,15 @@ class Settings(BaseSettings):
         return [part.strip() for part in (revealed(self.previous_secrets) or "").split(",") if part.strip()]
 
     def check(self) -> list[str]:
-        """Refuse (UnsafeSettings) what must not be served: a weak secret, or no API keys on a non-loopback
-        host without ``insecure``. Returns the warnings of what may be served but should be known."""
+        """Refuse (UnsafeSettings) what must not be served: a weak secret, no secret with Redis, or no API keys
+        on a non-loopback host without ``insecure``. Returns the warnings of what may be served but should be
+        known.
+
+        Hosts sharing a Redis must verify each other's decision ids. A secret generated per host (the embedded
+        default's file) would make host B reject host A's ids, so with Redis the secret must be given. It is not
+        generated into Redis instead: Redis may lose its data (the state is then rebuilt from the audit log),
+        and a new secret would invalidate every decision id still awaiting its conversion; and a secret read
+        from Redis would be readable by whatever may read Redis (a monitoring user, a replica's backup)."""
         named = [("LATEBANDIT_SECRET", revealed(self.secret))]
         named += [
             (f"LATEBANDIT_PREVIOUS_SECRETS (secret {n})", old) for n, old in enumerate(self.previous_secret_list(), 1)
@@ -135,6 +143,11 @@ class Settings(BaseSettings):
             why = weakness(value) if value else None
             if why is not None:
                 raise UnsafeSettings(f"{name} is {why}: generate one with `openssl rand -hex 32`")
+        if not self.embedded and not self.secret:
+            raise UnsafeSettings(
+                "LATEBANDIT_SECRET is not set: every host and worker sharing LATEBANDIT_REDIS_URL must sign decision "
+                "ids with the same secret; set it to the same value on each (generate one with `openssl rand -hex 32`)"
+            )
         warnings = []
         if not self.api_key_pairs() and not is_loopback(self.host):
             if not self.insecure:
@@ -143,11 +156,6 @@ class Settings(BaseSettings):
                     "(LATEBANDIT_INSECURE)"
                 )
             warnings.append(f"listening on {self.host} with no API keys: anyone who can reach it may act")
-        if not self.embedded and not self.secret:
-            warnings.append(
-                "LATEBANDIT_SECRET is not set: decision ids are signed with a key generated into "
-                f"{self.secret_file()}, which other machines do not have; set the same one on every replica"
-            )
         return warnings
 
     @property
@@ -165,7 +173,8 @@ class Settings(BaseSettings):
         return self.spool_dir or Path("latebandit-spool") / self.redis_prefix
 
     def secret_file(self) -> Path:
-        """Where the embedded default keeps its generated secret: beside its SQLite file."""
+        """Where the embedded default keeps its generated secret: beside its SQLite file (one machine, so its
+        workers and restarts share it; with Redis the secret must be set, see ``check``)."""
         url = self.sqlalchemy_url
         base = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else Path(DEFAULT_SQLITE_FILE)
         return base.with_name(base.name + ".secret")

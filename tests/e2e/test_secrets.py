@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from tests.e2e.server import cli, free_port, public_address, running, service_env, started
+from tests.e2e.server import LATEBANDIT, cli, free_port, public_address, running, service_env, started
 from tests.e2e.test_embedded import CAMPAIGN, iso
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +103,29 @@ def test_a_rotated_secret_keeps_its_decision_ids_valid_while_listed(tmp_path: Pa
         body = http.post("/feedback", json={"events": [conversion(before[1]), conversion(after)]}).json()
     assert body["accepted"] == 1
     assert [(item["index"], item["reason"]) for item in body["rejected"]] == [(0, "bad_decision_id")]
+
+
+@pytest.mark.redis
+def test_hosts_sharing_a_redis_refuse_to_start_without_a_secret_and_agree_with_one(
+    tmp_path: Path, redis_url: str, redis_prefix: str
+) -> None:
+    """Two hosts (their own working directories, so their own secret files) on one Redis. Without a secret
+    each used to sign with one it generated, and host B rejected host A's decision ids: both refuse to start,
+    saying what to set; with the secret they set, B accepts A's ids."""
+    hosts = [tmp_path / "a", tmp_path / "b"]
+    for workdir in hosts:
+        workdir.mkdir()
+        env = service_env(workdir, redis_url=redis_url, redis_prefix=redis_prefix)
+        del env["LATEBANDIT_SECRET"]
+        command = [*LATEBANDIT, "serve", "--port", str(free_port())]  # a start would serve until the timeout
+        refused = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2
+        assert "LATEBANDIT_SECRET is not set" in refused.stderr and "same value on each" in refused.stderr
+        assert not (workdir / "latebandit.db.secret").exists()
+    shared = {"redis_url": redis_url, "redis_prefix": redis_prefix}
+    with running(service_env(hosts[0], **shared), hosts[0]) as a, a.client() as http:
+        assert http.post("/campaigns", json=CAMPAIGN).status_code == 201
+        decision = http.post("/choose", json={"campaign": CAMPAIGN["id"]}).json()
+    with running(service_env(hosts[1], **shared), hosts[1]) as b, b.client() as http:
+        event = {"type": "conversion", "decision_id": decision["decision_id"], "occurred_at": iso(datetime.now(UTC))}
+        assert http.post("/feedback", json={"events": [event]}).json()["accepted"] == 1

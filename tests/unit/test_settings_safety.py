@@ -52,9 +52,13 @@ def test_the_factory_refuses_unsafe_settings_before_serving() -> None:
     create_app(settings(host="::1"))
 
 
-def test_no_secret_outside_the_embedded_default_is_a_warning() -> None:
-    (warning,) = settings(redis_url="redis://127.0.0.1:6379/0").check()
-    assert "LATEBANDIT_SECRET is not set" in warning
+def test_no_secret_with_redis_is_refused_saying_what_to_set() -> None:
+    """Hosts sharing a Redis would each generate their own secret and reject each other's decision ids."""
+    with pytest.raises(UnsafeSettings, match=r"^LATEBANDIT_SECRET is not set: every host .* same value on each"):
+        settings(redis_url="redis://127.0.0.1:6379/0").check()
+    with pytest.raises(UnsafeSettings, match="LATEBANDIT_SECRET is not set"):
+        create_app(settings(redis_url="redis://127.0.0.1:6379/0"))  # uvicorn run directly, in each worker
+    assert settings(redis_url="redis://127.0.0.1:6379/0", secret=STRONG).check() == []
 
 
 def test_secrets_keys_and_urls_never_show_in_a_repr(tmp_path) -> None:

@@ -118,6 +118,19 @@ def ensure_days(engine: Engine, now_us: int, ahead: int = DAYS_AHEAD) -> list[st
     return created
 
 
+def last_day(engine: Engine) -> int | None:
+    """The start (epoch µs) of the latest day every partitioned table has a partition for; None on SQLite or
+    when a table has none."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as connection:
+        lasts = [
+            max((day.start_us for day in partitions(connection, table) if day.start_us is not None), default=None)
+            for table in PARTITIONED
+        ]
+    return None if None in lasts else min(day for day in lasts if day is not None)
+
+
 def check_boundary(engine: Engine, until_us: int) -> None:
     """Raise ValueError unless ``until_us`` falls between day partitions (a UTC midnight)."""
     if engine.dialect.name == "postgresql" and until_us % DAY_US:
