@@ -238,6 +238,8 @@ def replay(
     with --policy, also estimate each given policy's value on the log's traffic, delays re-enacted."""
     from latebandit.replay.apply import Replayer, read_log
 
+    if policy:
+        _require_plots(plot)
     as_of = _moment(at, "--at") if at else None
     replayer = Replayer(as_of, Settings())
     asyncio.run(replayer.apply_all(read_log(str(log))))
@@ -365,6 +367,18 @@ def rebuild(
     console.print(f"rebuilt {len(rebuilt.campaigns)} campaign(s): {', '.join(rebuilt.campaigns) or 'none'}")
 
 
+def _require_plots(plot: Path | None) -> None:
+    """Before any work: exit 2 with the install hint when --plot is asked for without matplotlib."""
+    from latebandit.figures import require_plots
+
+    if plot is not None:
+        try:
+            require_plots()
+        except ValueError as missing:
+            console.print(f"[red]error:[/] {escape(str(missing))}")
+            raise typer.Exit(2) from None
+
+
 @app.command()
 def simulate(
     scenario: Annotated[Path, typer.Argument(help="scenario file (.json, .yaml), CONTRACT.md format")],
@@ -378,6 +392,7 @@ def simulate(
     from latebandit.sim.console import run_simulation
     from latebandit.sim.scenario import ScenarioError
 
+    _require_plots(plot)
     try:
         run_simulation(scenario, json_out, plot, runs, seed, console)
     except ScenarioError as error:
@@ -401,6 +416,7 @@ def reproduce(
     if list_ or name is None:
         show(list_table())
         return
+    _require_plots(plot)
     try:
         run_reproduce(name, runs, json_out, plot, console)
     except ScenarioError as error:
