@@ -15,8 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-REDIS_URL = os.environ.get("LATEBANDIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-POSTGRES_ADMIN_URL = os.environ.get("LATEBANDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+# Database 13, not 0: a developer's own Redis data is in 0 (the README names both variables and defaults).
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = os.environ.get("LATEBANDIT_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+POSTGRES_ADMIN_URL = os.environ.get("LATEBANDIT_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 
 SERVICE_FIXTURES = {"redis_url": "redis", "redis_prefix": "redis", "redis_cluster_url": "redis"} | {
     "postgres_url": "postgres"
