@@ -160,7 +160,71 @@ def test_compose_services_ports_files_and_settings_exist() -> None:
     assert sources[spool] in compose()["volumes"]  # a named volume
 
 
+def published(entry: str | dict[str, Any]) -> tuple[str, str]:
+    """(host address, host port) of a compose ``ports`` entry, short ("[IP:]HOST:CONTAINER") or long form;
+    the address is "" when the port is published on every interface."""
+    if isinstance(entry, dict):
+        return entry.get("host_ip", ""), str(entry.get("published", ""))
+    parts = str(entry).rsplit(":", 2)
+    return (parts[0] if len(parts) == 3 else ""), (parts[-2] if len(parts) > 1 else "")
+
+
+def test_only_the_api_listens_beyond_loopback_and_it_restarts() -> None:
+    """Redis and PostgreSQL (password in this file), Prometheus and Grafana (admin/admin) trust whoever reaches
+    them: published on 127.0.0.1 only. The API checks keys on every interface, and comes back after a crash."""
+    overlay = yaml.safe_load((ROOT / "docker-compose.audit-writer.yml").read_text())["services"]
+    for services in (compose()["services"], overlay):
+        for name, service in services.items():
+            for entry in service.get("ports", []):
+                address, _ = published(entry)
+                assert name == "api" or address == "127.0.0.1", f"{name} publishes {entry} beyond loopback"
+    assert compose()["services"]["api"]["restart"] in {"always", "unless-stopped", "on-failure"}
+
+
+def test_the_published_port_parser() -> None:
+    assert published("6379:6379") == ("", "6379")
+    assert published("127.0.0.1:6379:6379") == ("127.0.0.1", "6379")
+    assert published({"target": 80, "published": 8080, "host_ip": "127.0.0.1"}) == ("127.0.0.1", "8080")
+
+
 # Dockerfile -------------------------------------------------------------------------------------------
+
+
+def docker_ignored(path: str, patterns: list[str]) -> bool:
+    """Whether the build context leaves ``path`` out: the last .dockerignore pattern matching it or one of
+    its parent folders decides ("!" keeps); ``*`` stays within a path segment, ``**`` crosses them."""
+    ignored = False
+    for pattern in patterns:
+        keep = pattern.startswith("!")
+        body = pattern.removeprefix("!").strip("/")
+        expression = "".join(
+            ".*" if token == "**" else "[^/]*" if token == "*" else "[^/]" if token == "?" else re.escape(token)
+            for token in re.split(r"(\*\*|\*|\?)", body)
+            if token
+        )
+        expression = expression.replace(".*/", "(?:.*/)?")  # "**/x" also matches x at the top
+        segments = path.split("/")
+        if any(re.fullmatch(expression, "/".join(segments[:end])) for end in range(1, len(segments) + 1)):
+            ignored = not keep
+    return ignored
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_local() -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    copied = [source for instruction, argument in dockerfile_instructions() if instruction == "COPY"
+              and not argument.startswith("--from") for source in argument.split()[:-1]]  # fmt: skip
+    assert copied and "service" in copied
+    for source in copied:
+        assert not docker_ignored(source, patterns), source
+    assert not docker_ignored("service/latebandit/store/lua/choose.lua", patterns)
+    local = [".venv/lib/python3.11/site-packages/numpy/__init__.py", ".git/HEAD", "latebandit.db",
+             "latebandit.db.secret", "latebandit.db-wal", ".env", "latebandit-spool/lb/0.jsonl",
+             ".pytest_cache/v/cache/lastfailed", ".mypy_cache/3.11/cache.db", "benchmarks/results/x.json",
+             "service/latebandit/__pycache__/cli.cpython-311.pyc", "service/latebandit.egg-info/PKG-INFO",
+             "some-new-dump.sql"]  # fmt: skip
+    for path in local:
+        assert docker_ignored(path, patterns), path
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -310,7 +374,7 @@ def test_the_audit_writer_overlays_fit_the_base() -> None:
         assert writer["environment"][key] == base["api"]["environment"][key]
     assert set(writer["environment"]) <= SETTINGS and set(writer["depends_on"]) <= set(base)
     port = writer["command"][writer["command"].index("--metrics-port") + 1]
-    assert f"{port}:{port}" in writer["ports"]
+    assert port in writer["expose"] and "ports" not in writer  # its /metrics has no key: never published
     folder = KUBERNETES / "audit-writer"
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert kustomization["resources"] == ["..", "deployment.yaml"]
