@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -45,8 +46,6 @@ def serve(**flags: object) -> None:
     """Start the HTTP service (embedded state and SQLite audit unless Redis/PostgreSQL URLs are given).
     Each setting has a flag (--max-skew sets LATEBANDIT_MAX_SKEW). Exits 2 on a refused setting, and 3 when
     a worker fails to start, whatever the number of workers."""
-    import tempfile
-
     from pydantic import ValidationError
 
     from latebandit.serving import run_service
@@ -388,7 +387,6 @@ def simulate(
     seed: Annotated[int | None, typer.Option(min=0, help="override the scenario's seed")] = None,
 ) -> None:
     """Run many independent runs of the scenario's policies on its environment, vectorised across runs."""
-
     from latebandit.sim.console import run_simulation
     from latebandit.sim.scenario import ScenarioError
 
@@ -409,7 +407,6 @@ def reproduce(
     plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
 ) -> None:
     """Re-run a paper's experiment at its settings and print our numbers beside the paper's."""
-
     from latebandit.sim.console import list_table, run_reproduce
     from latebandit.sim.scenario import ScenarioError
 
