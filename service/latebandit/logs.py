@@ -1,7 +1,9 @@
 """Structured logs: one JSON object per line, each carrying the id of the HTTP request it belongs to.
 
 An operator joins a client's complaint to the service's lines by the ``X-Request-ID`` header (sent by the
-client or a proxy, else generated here and returned). Secrets never reach a log line whole: headers and
+client or a proxy, else generated here and returned), and to a campaign by the access line's ``campaign``.
+A request that fails answers a JSON 500 with its id, and its traceback is logged under the same id.
+Secrets never reach a log line whole: headers and
 bodies are not logged, and ``mask`` shortens anything shaped like a bearer key or a decision id that does
 reach a message (an exception text, say) to its first characters.
 """
@@ -12,10 +14,12 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any
 
 import orjson
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
@@ -28,7 +32,11 @@ KEPT_CHARACTERS = 6
 _SECRETS = re.compile(r"(?i)(?<=bearer )\S+|[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
 _RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
+# The ASGI scope's entry where a route leaves the campaigns its request named, for the access line.
+NAMED_CAMPAIGNS = "latebandit.campaigns"
+
 access = logging.getLogger("latebandit.access")
+failures = logging.getLogger("latebandit.errors")
 
 
 def mask(text: str) -> str:
@@ -79,10 +87,28 @@ def new_request_id() -> str:
     return os.urandom(16).hex()
 
 
+def name_campaigns(scope: AsgiScope, campaigns: Sequence[str]) -> None:
+    """Let the access line of the request of ``scope`` name ``campaigns`` (in the order the request named
+    them): its ``campaign`` is the first, and ``campaigns`` counts them when there are several."""
+    scope[NAMED_CAMPAIGNS] = campaigns
+
+
+def campaign_fields(scope: AsgiScope) -> dict[str, Any]:
+    named: Sequence[str] = scope.get(NAMED_CAMPAIGNS, ())
+    if not named:
+        return {}
+    return {"campaign": named[0], "campaigns": len(named)} if len(named) > 1 else {"campaign": named[0]}
+
+
 class RequestLog:
     """Gives each HTTP request its id (the client's ``X-Request-ID`` if well formed, else a new one),
-    returns it as a header, and writes one access line: method, path, status, duration. A plain ASGI
-    middleware, cheap on the hot paths; the query string is left out (it is the client's)."""
+    returns it as a header, and writes one access line: method, path, status, duration, and the campaign
+    the route named (``name_campaigns``). A plain ASGI middleware, cheap on the hot paths; the query string
+    is left out (it is the client's).
+
+    An exception no handler answered is logged here, with its traceback, while the request's id is still
+    current, and answered with a JSON 500 that carries the id (rather than Starlette's text/plain one,
+    which is sent outside this middleware: without the id's header or a way to find the traceback)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -95,7 +121,7 @@ class RequestLog:
         current = sent.decode() if _CLIENT_REQUEST_ID.match(sent) else new_request_id()
         token = request_id.set(current)
         started = time.perf_counter()
-        status = 500  # unless a response starts
+        status = 0  # until a response starts
 
         async def tagged(message: Message) -> None:
             nonlocal status
@@ -106,11 +132,19 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, tagged)
+        except Exception:
+            failures.exception("%s %s failed", scope["method"], scope["path"], extra=campaign_fields(scope))
+            if status:
+                raise  # the answer has begun: nothing else can be sent, the server closes the connection
+            detail = "the service failed to answer this request; its log has the cause under this request_id"
+            await JSONResponse({"error": "internal_error", "detail": detail, "request_id": current}, 500)(
+                scope, receive, tagged
+            )
         finally:
             if access.isEnabledFor(logging.INFO):
                 access.info(
-                    "%s %s %d", scope["method"], scope["path"], status,
-                    extra={"method": scope["method"], "path": scope["path"], "status": status,
-                           "duration_ms": round((time.perf_counter() - started) * 1000, 3)},
+                    "%s %s %d", scope["method"], scope["path"], status or 500,
+                    extra={"method": scope["method"], "path": scope["path"], "status": status or 500,
+                           "duration_ms": round((time.perf_counter() - started) * 1000, 3), **campaign_fields(scope)},
                 )  # fmt: skip
             request_id.reset(token)
