@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from latebandit import metrics
-from latebandit.api.auth import ApiKeyGate, ApiKeys, served_campaigns, serves
+from latebandit.api.auth import SERVED_CAMPAIGNS, ApiKeyGate, ApiKeys, served_campaigns, serves
 from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths, JsonAnswer, read_body
 from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
@@ -35,7 +35,7 @@ from latebandit.engine.core import CampaignExists, DecisionEngine
 from latebandit.engine.directory import UnknownCampaign
 from latebandit.engine.feedback import MAX_EVENTS, Reason, not_served
 from latebandit.ids import Identifier
-from latebandit.logs import RequestLog, name_campaigns
+from latebandit.logs import NAMED_CAMPAIGN, RequestLog, name_campaigns
 from latebandit.runtime import Runtime
 from latebandit.store.base import CampaignMoved, StoreUnavailable
 from latebandit.timeutil import Clock, parse_time, wall_clock
@@ -290,8 +290,10 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             body = ChooseRequest.model_validate_json(await read_body(request))
         except ValidationError as invalid:
             raise error(422, "invalid_request", problems(invalid.errors())) from invalid
-        name_campaigns(request.scope, (body.campaign,))
-        if not serves(request.scope, body.campaign):
+        scope = request.scope  # name_campaigns and serves, inlined on the hottest path
+        scope[NAMED_CAMPAIGN] = body.campaign
+        served = scope.get(SERVED_CAMPAIGNS)
+        if served is not None and not served(body.campaign):
             raise forbidden_campaign(body.campaign)
         decision = await request.app.state.runtime.engine.choose(body.campaign, body.request_id)
         metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
