@@ -3,9 +3,9 @@
 An operator joins a client's complaint to the service's lines by the ``X-Request-ID`` header (sent by the
 client or a proxy, else generated here and returned), and to a campaign by the access line's ``campaign``.
 A request that fails answers a JSON 500 with its id, and its traceback is logged under the same id.
-Secrets never reach a log line whole: headers and
-bodies are not logged, and ``mask`` shortens anything shaped like a bearer key or a decision id that does
-reach a message (an exception text, say) to its first characters.
+Secrets never reach a log line whole: headers and bodies are not logged, and ``mask`` shortens anything
+shaped like a bearer key or a decision id that does reach a message (an exception text, say) to its first
+characters.
 """
 
 from __future__ import annotations
@@ -151,9 +151,10 @@ class RequestLog:
             )
         finally:
             if access.isEnabledFor(logging.INFO):
+                status = status or 500  # no answer started: the server answers 500
                 access.info(
-                    "%s %s %d", scope["method"], scope["path"], status or 500,
-                    extra=with_campaigns({"method": scope["method"], "path": scope["path"], "status": status or 500,
+                    "%s %s %d", scope["method"], scope["path"], status,
+                    extra=with_campaigns({"method": scope["method"], "path": scope["path"], "status": status,
                                           "duration_ms": round((time.perf_counter() - started) * 1000, 3)}, scope),
                 )  # fmt: skip
             request_id.reset(token)
