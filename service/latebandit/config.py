@@ -11,7 +11,7 @@ import ipaddress
 import re
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,8 +19,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_SQLITE_FILE = "latebandit.db"
 MIN_SECRET_BYTES = 32
 MIN_SECRET_CHARACTERS = 8  # distinct ones: "x" * 40 is long and still guessable
+MIN_KEY_BYTES = 16  # an API key is only compared, never used to sign: half a secret's length
 # What shipped examples and habit put where a secret belongs (compared without case and punctuation).
-PLACEHOLDER_MARKS = ("changeme", "replaceme", "placeholder", "yoursecret", "example", "notsecret", "insecure")
+PLACEHOLDER_MARKS = (
+    "changeme", "replaceme", "placeholder", "yoursecret", "example", "notsecret", "insecure", "password",
+)  # fmt: skip
 
 
 class UnsafeSettings(ValueError):
@@ -40,15 +43,24 @@ def is_loopback(host: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def weakness(secret: str) -> str | None:
-    """Why ``secret`` must not sign decision ids (anyone who knows or guesses it forges conversions)."""
-    if len(secret.encode()) < MIN_SECRET_BYTES:
-        return f"shorter than {MIN_SECRET_BYTES} bytes"
+def weakness(secret: str, min_bytes: int = MIN_SECRET_BYTES) -> str | None:
+    """Why ``secret`` must not sign decision ids, or be an API key with ``min_bytes``: anyone who knows or
+    guesses it forges conversions or acts as a client."""
+    if len(secret.encode()) < min_bytes:
+        return f"shorter than {min_bytes} bytes"
     if any(mark in re.sub(r"[^a-z0-9]", "", secret.lower()) for mark in PLACEHOLDER_MARKS):
         return "a placeholder"
     if len(set(secret)) < MIN_SECRET_CHARACTERS:
         return f"made of fewer than {MIN_SECRET_CHARACTERS} distinct characters"
     return None
+
+
+class KeyEntry(NamedTuple):
+    """One configured API key: ``grant`` is what precedes its first colon, a scope and, after an ``@``, a glob
+    on the campaigns it serves (``decide@summer-*:KEY``)."""
+
+    grant: str
+    key: str
 
 
 def revealed(secret: SecretStr | None) -> str | None:
@@ -122,6 +134,11 @@ class Settings(BaseSettings):
             parts += self.api_keys_file.read_text().split()
         return ",".join(part for part in parts if part)
 
+    def api_key_entries(self) -> list[KeyEntry]:
+        """Every configured key entry (a part without a colon has an empty key)."""
+        entries = (part.strip().partition(":") for part in self.api_key_pairs().split(","))
+        return [KeyEntry(grant, key) for grant, _, key in entries if grant or key]
+
     def previous_secret_list(self) -> list[str]:
         return [part.strip() for part in (revealed(self.previous_secrets) or "").split(",") if part.strip()]
 
@@ -148,6 +165,7 @@ class Settings(BaseSettings):
                 "LATEBANDIT_SECRET is not set: every host and worker sharing LATEBANDIT_REDIS_URL must sign decision "
                 "ids with the same secret; set it to the same value on each (generate one with `openssl rand -hex 32`)"
             )
+        self.check_keys()
         warnings = []
         if not self.api_key_pairs() and not is_loopback(self.host):
             if not self.insecure:
@@ -157,6 +175,18 @@ class Settings(BaseSettings):
                 )
             warnings.append(f"listening on {self.host} with no API keys: anyone who can reach it may act")
         return warnings
+
+    def check_keys(self) -> None:
+        """Refuse an API key that is short or a placeholder, by its place and grant, never its value."""
+        source = "LATEBANDIT_API_KEYS" + (" and LATEBANDIT_API_KEYS_FILE" if self.api_keys_file else "")
+        for number, (grant, key) in enumerate(self.api_key_entries(), 1):
+            if not key:  # then the grant may be the key itself
+                raise UnsafeSettings(f"entry {number} of {source} is not scope:key")
+            why = weakness(key, MIN_KEY_BYTES)
+            if why is not None:
+                raise UnsafeSettings(
+                    f"API key {number} of {source} ({grant}) is {why}: generate each key with `openssl rand -hex 16`"
+                )
 
     @property
     def embedded(self) -> bool:

@@ -353,6 +353,13 @@ def test_the_manifests_placeholder_secret_is_refused_at_start() -> None:
         Settings(_env_file=None, secret=placeholder).check()
 
 
+def test_the_manifests_placeholder_keys_are_refused_at_start() -> None:
+    """Applied unedited, the Secret's placeholder keys would open the API to whoever read the manifest."""
+    placeholders = next(item for item in manifests() if item["kind"] == "Secret")["stringData"]["LATEBANDIT_API_KEYS"]
+    with pytest.raises(UnsafeSettings, match=r"^API key 1 of LATEBANDIT_API_KEYS \(decide\) is a placeholder"):
+        Settings(_env_file=None, api_keys=placeholders).check()
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 def test_kustomize_builds_the_manifests() -> None:
     result = subprocess.run(["kubectl", "kustomize", str(KUBERNETES)], capture_output=True, text=True, timeout=60)

@@ -20,6 +20,7 @@ CAMPAIGN = {
     "window": 600,
     "default_arm": "a",
 }
+ADMIN_KEY, DECIDE_KEY = "admin-key-6d0b3f8e", "decide-key-1c7a9e42"  # 16+ bytes: shorter keys are refused
 
 
 def iso(moment: datetime) -> str:
@@ -163,8 +164,8 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
 
 
 def test_api_keys_scopes_and_metrics(tmp_path) -> None:
-    env = service_env(tmp_path, api_keys="decide:d-key,admin:a-key")
-    admin, decide = {"Authorization": "Bearer a-key"}, {"Authorization": "Bearer d-key"}
+    env = service_env(tmp_path, api_keys=f"decide:{DECIDE_KEY},admin:{ADMIN_KEY}")
+    admin, decide = {"Authorization": f"Bearer {ADMIN_KEY}"}, {"Authorization": f"Bearer {DECIDE_KEY}"}
     with running(env, tmp_path) as server, server.client() as http:
         assert http.post("/campaigns", json=CAMPAIGN).status_code == 401
         assert http.post("/campaigns", json=CAMPAIGN, headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -195,6 +196,14 @@ def test_api_keys_scopes_and_metrics(tmp_path) -> None:
 def test_serve_refuses_a_public_bind_without_keys(tmp_path) -> None:
     refused = cli(service_env(tmp_path), tmp_path, "serve", "--host", "0.0.0.0", "--port", "1", check=False)
     assert refused.returncode == 2 and "API keys" in refused.stderr
+
+
+def test_serve_refuses_a_placeholder_api_key_saying_what_to_set(tmp_path) -> None:
+    env = service_env(tmp_path, api_keys=f"admin:{ADMIN_KEY},decide:REPLACE-ME")
+    refused = cli(env, tmp_path, "serve", "--port", "1", check=False)
+    said = " ".join(refused.stderr.split())  # as one line, however the console wrapped it
+    assert refused.returncode == 2 and "API key 2 of LATEBANDIT_API_KEYS (decide)" in said
+    assert "openssl rand -hex 16" in said and "REPLACE-ME" not in said
 
 
 def test_state_at_a_past_time_replays_the_audit_log(tmp_path) -> None:

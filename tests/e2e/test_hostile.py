@@ -25,8 +25,10 @@ from tests.e2e.traffic import now_iso
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
-ADMIN = {"Authorization": "Bearer admin-key"}
-DECIDE = {"Authorization": "Bearer decide-key"}
+ADMIN_KEY, DECIDE_KEY = "admin-key-2f9c41d7e0", "decide-key-8a3e6b15c4"
+SUMMER_ADMIN_KEY = "summer-admin-key-47d1e09b"  # an admin key serving only summer-* campaigns
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+DECIDE = {"Authorization": f"Bearer {DECIDE_KEY}"}
 WRONG = {"Authorization": "Bearer not-a-key"}
 AS_OF = (datetime.now(UTC) + timedelta(days=1)).isoformat()
 
@@ -40,7 +42,12 @@ def server(tmp_path_factory) -> Iterator[Server]:
         unavailable(f"Redis at {REDIS_URL}", error)
     workdir = tmp_path_factory.mktemp("hostile")
     prefix = f"lbtest{uuid.uuid4().hex[:12]}"
-    env = service_env(workdir, redis_url=REDIS_URL, redis_prefix=prefix, api_keys="admin:admin-key,decide:decide-key")
+    env = service_env(
+        workdir,
+        redis_url=REDIS_URL,
+        redis_prefix=prefix,
+        api_keys=f"admin:{ADMIN_KEY},decide:{DECIDE_KEY},admin@summer-*:{SUMMER_ADMIN_KEY}",
+    )
     try:
         with running(env, workdir) as started, started.client(headers=ADMIN) as http:
             assert http.post("/campaigns", json=CAMPAIGN).status_code == 201
@@ -147,8 +154,9 @@ def routes() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("method", "path"), routes())
 def test_auth_matrix(server: Server, method: str, path: str) -> None:
     """No key and a wrong key are 401 on every non-public route; a decide key on an admin route is 403;
-    the right key passes. A refused request changes nothing. /metrics is public here: the server is reached
-    over loopback (tests/unit/test_access.py covers the other addresses)."""
+    the right key passes, and an admin key that serves only other campaigns is 403 on every route naming one.
+    A refused request changes nothing. /metrics is public here: the server is reached over loopback
+    (tests/unit/test_access.py covers the other addresses)."""
     with server.client(headers=ADMIN) as admin:
         before = snapshot(admin)
         needed = None if path == METRICS_PATH else required_scope(path)
@@ -163,9 +171,13 @@ def test_auth_matrix(server: Server, method: str, path: str) -> None:
                 assert response.status_code == 403 and response.json()["error"] == "forbidden"
             else:
                 assert response.status_code not in (401, 403)
-        for headers in (ADMIN, {"Authorization": "bearer admin-key"}):
+        for headers in (ADMIN, {"Authorization": f"bearer {ADMIN_KEY}"}):
             assert httpx.request(method, server.url + path, headers=headers, json={}).status_code not in (401, 403)
-        for headers in ({"Authorization": "Basic admin-key"}, {"Authorization": "Bearer"}, {"X-Api-Key": "admin-key"}):
+        if path.startswith("/campaigns/nobody"):
+            summer = {"Authorization": f"Bearer {SUMMER_ADMIN_KEY}"}
+            refused = httpx.request(method, server.url + path, headers=summer, json={})
+            assert refused.status_code == 403 and refused.json()["error"] == "forbidden_campaign"
+        for headers in ({"Authorization": f"Basic {ADMIN_KEY}"}, {"Authorization": "Bearer"}, {"X-Api-Key": ADMIN_KEY}):
             assert httpx.request(method, server.url + path, headers=headers, json={}).status_code == (
                 401 if needed is not None else 200
             )

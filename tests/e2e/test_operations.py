@@ -171,6 +171,8 @@ def assert_json_logs(text: str, secrets: list[str]) -> None:
     assert all(len(line["request_id"]) >= 8 and line["status"] >= 200 for line in access)
     assert {"trace-42"} <= {line["request_id"] for line in access}
     assert {line["status"] for line in access} >= {200, 201, 401, 403, 404, 422}
+    named = [line for line in access if line["path"] in ("/choose", "/feedback") and line["status"] == 200]
+    assert named and all(line["campaign"] == "ops" for line in named)  # each names its campaign
     admin = [line for line in lines if line["logger"] == "latebandit.admin"]
     assert [line["message"] for line in admin][-1] == "campaign policy changed" and admin[-1]["version"] == 2
     for secret in secrets:

@@ -14,7 +14,7 @@ import pytest
 from latebandit.config import Settings
 from tests.inprocess import LOOPBACK, client, started
 
-KEYS = "admin:admin-key-5e1d,decide:decide-key-93ab,metrics:metrics-key-0c7f"
+KEYS = "admin:admin-key-5e1d28c4,decide:decide-key-93ab6f07,metrics:metrics-key-0c7f41e9"
 PUBLIC = "http://192.0.2.7:8000"
 
 
@@ -54,12 +54,12 @@ async def test_metrics_are_open_over_loopback_and_need_a_metrics_or_admin_key_el
     async with served(tmp_path, api_keys=KEYS) as http:
         assert (await http["loopback"].get("/metrics")).status_code == 200
         assert (await http["public"].get("/metrics")).status_code == 401
-        assert (await http["public"].get("/metrics", headers=bearer("decide-key-93ab"))).status_code == 403
-        for key in ("metrics-key-0c7f", "admin-key-5e1d"):
+        assert (await http["public"].get("/metrics", headers=bearer("decide-key-93ab6f07"))).status_code == 403
+        for key in ("metrics-key-0c7f41e9", "admin-key-5e1d28c4"):
             assert (await http["public"].get("/metrics", headers=bearer(key))).status_code == 200
         assert (await http["public"].get("/healthz")).status_code == 200  # the probes stay public
         for method, path in (("POST", "/choose"), ("GET", "/campaigns")):  # a metrics key opens nothing else
-            refused = await http["loopback"].request(method, path, headers=bearer("metrics-key-0c7f"), json={})
+            refused = await http["loopback"].request(method, path, headers=bearer("metrics-key-0c7f41e9"), json={})
             assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
 
 
@@ -68,4 +68,4 @@ async def test_metrics_access_setting(tmp_path: Path, access: str, loopback: int
     async with served(tmp_path, api_keys=KEYS, metrics_access=access) as http:
         assert (await http["loopback"].get("/metrics")).status_code == loopback
         assert (await http["public"].get("/metrics")).status_code == public
-        assert (await http["public"].get("/metrics", headers=bearer("metrics-key-0c7f"))).status_code == 200
+        assert (await http["public"].get("/metrics", headers=bearer("metrics-key-0c7f41e9"))).status_code == 200

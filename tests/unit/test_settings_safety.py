@@ -1,5 +1,6 @@
 """What the service refuses to start with (issue 19): a placeholder or short HMAC secret, and no API keys on a
-non-loopback address, wherever the app is built; and secrets that never show in a repr."""
+non-loopback address, wherever the app is built; and secrets that never show in a repr. Issue 30: a placeholder
+or short API key too."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ PLACEHOLDERS = [
 ]
 
 
+KEY = "3f9a0c7e1b5d2468ace0f1e2d3c4b5a6"  # `openssl rand -hex 16`
+WEAK_KEYS = [
+    "REPLACE-ME",
+    "REPLACE-ME-decide-key",  # deploy/kubernetes/secret.yaml shipped it
+    "changeme",
+    "secret",
+    "password",
+    "the-password-of-the-api",
+    "x" * 32,
+    "0123456789abcde",  # 15 bytes
+]
+
+
 def settings(**values: object) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]
 
@@ -33,6 +47,31 @@ def test_a_placeholder_or_short_secret_is_refused_naming_the_setting_not_the_val
     assert weak not in str(refused.value)
     with pytest.raises(UnsafeSettings, match=r"^LATEBANDIT_PREVIOUS_SECRETS \(secret 2\) is"):
         settings(secret=STRONG, previous_secrets=f"{STRONG[::-1]},{weak}").check()
+
+
+@pytest.mark.parametrize("weak", WEAK_KEYS)
+def test_a_placeholder_or_short_api_key_is_refused_naming_its_place_not_its_value(weak: str) -> None:
+    expected = (
+        r"^API key 2 of LATEBANDIT_API_KEYS \(decide@summer-\*\) is .*: generate each key with `openssl rand -hex 16`"
+    )
+    with pytest.raises(UnsafeSettings, match=expected) as refused:
+        settings(api_keys=f"admin:{KEY},decide@summer-*:{weak}").check()
+    assert weak not in str(refused.value)
+
+
+def test_a_weak_key_in_the_keys_file_or_an_entry_without_a_key_is_refused(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(f"admin:{KEY}\nmetrics:REPLACE-ME\n")
+    with pytest.raises(
+        UnsafeSettings, match=r"^API key 2 of LATEBANDIT_API_KEYS and LATEBANDIT_API_KEYS_FILE \(metrics\)"
+    ):
+        settings(api_keys_file=keys).check()
+    with pytest.raises(UnsafeSettings, match=r"^entry 1 of LATEBANDIT_API_KEYS is not scope:key$") as refused:
+        settings(api_keys=KEY).check()  # a key without its scope: never printed
+    assert KEY not in str(refused.value)
+    with pytest.raises(UnsafeSettings, match="API key 1"):
+        create_app(settings(api_keys="decide:REPLACE-ME"))  # the factory refuses it too
+    assert settings(api_keys=f"admin:{KEY},decide@summer-*:{KEY[::-1]}").check() == []
 
 
 def test_strong_secrets_pass_and_the_embedded_default_needs_none() -> None:
@@ -65,7 +104,7 @@ def test_secrets_keys_and_urls_never_show_in_a_repr(tmp_path) -> None:
     hidden = {
         "secret": STRONG,
         "previous_secrets": "previous-" + STRONG,
-        "api_keys": "admin:admin-key-c4a1e9,decide:decide-key-7b3f",
+        "api_keys": "admin:admin-key-c4a1e9,decide:decide-key-7b3f52",
         "redis_url": "redis://:redis-password-91f2@127.0.0.1:6379/0",
         "database_url": f"sqlite:///{tmp_path}/pg-password-5d1c.db",
     }
@@ -73,5 +112,5 @@ def test_secrets_keys_and_urls_never_show_in_a_repr(tmp_path) -> None:
     assert built.sqlalchemy_url.endswith("pg-password-5d1c.db")  # read where needed (and cached)...
     assert built.api_key_pairs().startswith("admin:admin-key-c4a1e9")
     shown = f"{built!r} {built} {built.model_dump()} {built.model_dump_json()}"
-    for value in ("redis-password-91f2", "pg-password-5d1c", "admin-key-c4a1e9", "decide-key-7b3f", STRONG):
+    for value in ("redis-password-91f2", "pg-password-5d1c", "admin-key-c4a1e9", "decide-key-7b3f52", STRONG):
         assert value not in shown  # ...never shown

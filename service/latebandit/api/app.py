@@ -26,16 +26,16 @@ from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from latebandit import metrics
-from latebandit.api.auth import ApiKeyGate, ApiKeys
+from latebandit.api.auth import SERVED_CAMPAIGNS, ApiKeyGate, ApiKeys, served_campaigns, serves
 from latebandit.api.hot_paths import Endpoint, ExceptionHandler, HotPaths, JsonAnswer, read_body
 from latebandit.api.past_states import CampaignNotYet, PastStates
 from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.engine.core import CampaignExists, DecisionEngine
 from latebandit.engine.directory import UnknownCampaign
-from latebandit.engine.feedback import MAX_EVENTS, Reason
+from latebandit.engine.feedback import MAX_EVENTS, Reason, not_served
 from latebandit.ids import Identifier
-from latebandit.logs import RequestLog
+from latebandit.logs import NAMED_CAMPAIGN, RequestLog, name_campaigns
 from latebandit.runtime import Runtime
 from latebandit.store.base import CampaignMoved, StoreUnavailable
 from latebandit.timeutil import Clock, parse_time, wall_clock
@@ -124,7 +124,21 @@ class BodyLimit:
         await JSONResponse({"error": "body_too_large", "detail": detail}, 413)(scope, receive, send)
 
 
+def forbidden_campaign(campaign: str) -> HTTPException:
+    return error(403, "forbidden_campaign", not_served(campaign))
+
+
 # ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in a thread pool, a thread hop per request.
+async def path_campaign(request: Request) -> None:
+    """The campaign a route names in its path (every routed request passes here): named in the access line,
+    refused to a key that does not serve it, before anything else of the request is looked at."""
+    campaign = request.path_params.get("campaign_id")
+    if campaign is not None:
+        name_campaigns(request.scope, (campaign,))
+        if not serves(request.scope, campaign):
+            raise forbidden_campaign(campaign)
+
+
 async def get_engine(request: Request) -> DecisionEngine:
     return request.app.state.runtime.engine
 
@@ -140,7 +154,7 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
     settings = settings or Settings()
     for warning in settings.check():
         log.warning(warning)
-    keys = ApiKeys(settings.api_key_pairs())
+    keys = ApiKeys(settings.api_key_entries())
     metrics.caps.campaigns, metrics.caps.arms = settings.metrics_campaigns, settings.metrics_arms
     metrics.preset(reason.value for reason in Reason)
 
@@ -157,7 +171,13 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
 
     # No OpenTelemetry: operators get Prometheus metrics, and FastAPI's check for a configured provider
     # reads the environment on every request (4 % of a /choose under load).
-    app = FastAPI(title="latebandit", version="0.1.0", lifespan=lifespan, telemetry=NO_TELEMETRY)
+    app = FastAPI(
+        title="latebandit",
+        version="0.1.0",
+        lifespan=lifespan,
+        telemetry=NO_TELEMETRY,
+        dependencies=[Depends(path_campaign)],
+    )
     hot_paths: dict[str, Endpoint] = {}  # filled below, once the routes are defined
     # FastAPI's registry also admits sync handlers; every one registered here (below, and FastAPI's defaults) is async.
     handlers = cast(dict[Any, ExceptionHandler], app.exception_handlers)
@@ -193,7 +213,10 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
     # campaigns ------------------------------------------------------------------------------------
 
     @app.post("/campaigns", status_code=201)
-    async def create_campaign(spec: CampaignSpec, engine: Engine) -> Response:
+    async def create_campaign(spec: CampaignSpec, engine: Engine, request: Request) -> Response:
+        name_campaigns(request.scope, (spec.id,))
+        if not serves(request.scope, spec.id):
+            raise forbidden_campaign(spec.id)
         try:
             campaign = await engine.create_campaign(spec)
         except CampaignExists as exists:
@@ -203,8 +226,10 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
         return JsonAnswer(campaign.public(), 201)
 
     @app.get("/campaigns")
-    async def list_campaigns(engine: Engine) -> Response:
-        return JsonAnswer({"campaigns": await engine.store.list_campaigns()})
+    async def list_campaigns(engine: Engine, request: Request) -> Response:
+        campaigns = await engine.store.list_campaigns()
+        served = served_campaigns(request.scope)
+        return JsonAnswer({"campaigns": campaigns if served is None else list(filter(served, campaigns))})
 
     @app.get("/campaigns/{campaign_id}")
     async def get_campaign(campaign_id: Identifier, engine: Engine) -> Response:
@@ -265,6 +290,11 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             body = ChooseRequest.model_validate_json(await read_body(request))
         except ValidationError as invalid:
             raise error(422, "invalid_request", problems(invalid.errors())) from invalid
+        scope = request.scope  # name_campaigns and serves, inlined on the hottest path
+        scope[NAMED_CAMPAIGN] = body.campaign
+        served = scope.get(SERVED_CAMPAIGNS)
+        if served is not None and not served(body.campaign):
+            raise forbidden_campaign(body.campaign)
         decision = await request.app.state.runtime.engine.choose(body.campaign, body.request_id)
         metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
         return JsonAnswer(decision.body())
@@ -281,7 +311,8 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
             raise error(422, "invalid_request", 'the body must be {"events": [...]}')
         if len(body["events"]) > MAX_EVENTS:
             raise error(413, "batch_too_large", f"at most {MAX_EVENTS} events per request")
-        result = await engine.feedback(body["events"])
+        result = await engine.feedback(body["events"], served_campaigns(request.scope))
+        name_campaigns(request.scope, result.campaigns)
         metrics.FEEDBACK_LATENCY.observe(time.perf_counter() - started)
         return JsonAnswer(result.body())
 

@@ -34,7 +34,13 @@ class Reason(StrEnum):
     VALUE_OUT_OF_RANGE = "value_out_of_range"
     WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
     CAMPAIGN_PAUSED = "campaign_paused"
+    FORBIDDEN_CAMPAIGN = "forbidden_campaign"  # the request's key does not serve the event's campaign
     PHASE_CLOSED = "phase_closed"  # an aggregate for slots whose feedback a planning policy already closed
+
+
+def not_served(campaign: str) -> str:
+    """Why a key restricted to some campaigns is refused ``campaign`` (/choose's 403, an event's rejection)."""
+    return f"this key does not serve campaign {campaign!r}"
 
 
 class Rejection(ValueError):

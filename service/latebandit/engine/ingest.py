@@ -27,6 +27,7 @@ from latebandit.engine.feedback import (
     Rejection,
     anonymous_event,
     campaign_of,
+    not_served,
     parse_conversion,
     prepare_batch,
 )
@@ -69,6 +70,7 @@ class FeedbackResult:
     duplicates: int = 0
     censored: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
+    campaigns: list[str] = field(default_factory=list)  # those the events named, in order (for the access log)
 
     def body(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "censored": self.censored,
@@ -220,14 +222,15 @@ class BatchIngest:
         self.campaigns = campaigns
         self._durable = durable  # the engine's: the embedded mode makes each write durable before answering
 
-    async def feedback(self, events: list[Any]) -> FeedbackResult:
-        """Apply a batch. Raises StoreUnavailable (the caller answers 503) when the store cannot be
-        reached; events already applied are recognised as duplicates when the client retries."""
+    async def feedback(self, events: list[Any], served: Callable[[str], bool] | None = None) -> FeedbackResult:
+        """Apply a batch sent with a key that serves the campaigns ``served`` accepts (None: every one).
+        Raises StoreUnavailable (the caller answers 503) when the store cannot be reached; events already
+        applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
         skew = self.ingest.max_skew
         by_campaign: dict[str, list[tuple[int, Item]]] = defaultdict(list)
-        unknown: dict[str, Rejection | None] = {}  # each campaign is looked up once per batch
+        refusals: dict[str, Rejection | None] = {}  # each campaign's, looked up once per batch
         lookups = 0
         for index, raw in enumerate(events):
             try:
@@ -235,17 +238,20 @@ class BatchIngest:
             except Rejection as rejection:
                 result.reject(index, rejection)
                 continue
-            if campaign_id not in unknown:
+            if campaign_id not in refusals:
+                result.campaigns.append(campaign_id)
                 uncached = not self.campaigns.knows(campaign_id)
-                if uncached and lookups >= LOOKUPS_PER_BATCH:
-                    unknown[campaign_id] = Rejection(
+                if served is not None and not served(campaign_id):  # not looked up: nothing said of others' campaigns
+                    refusals[campaign_id] = Rejection(Reason.FORBIDDEN_CAMPAIGN, not_served(campaign_id))
+                elif uncached and lookups >= LOOKUPS_PER_BATCH:
+                    refusals[campaign_id] = Rejection(
                         Reason.UNKNOWN_CAMPAIGN, f"more than {LOOKUPS_PER_BATCH} campaigns this worker has not "
                         "seen yet in one batch: send this event again (the ones looked up are known now)",
                     )  # fmt: skip
                 else:
                     lookups += uncached
-                    unknown[campaign_id] = await self._unknown_campaign(campaign_id)
-            refusal = unknown[campaign_id]
+                    refusals[campaign_id] = await self._unknown_campaign(campaign_id)
+            refusal = refusals[campaign_id]
             if refusal is not None:
                 result.reject(index, refusal)
                 continue
