@@ -210,8 +210,11 @@ class StateStore(AuditQueue, Protocol):
         request_id gets its earlier decision."""
         ...
 
-    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch."""
+    async def apply_conversions(
+        self, campaign: Campaign, events: list[PreparedConversion]
+    ) -> list[Outcome | Uncredited]:
+        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch; one outcome
+        per event (``Uncredited.VALUE_OUT_OF_RANGE`` for a value outside [0, 1], which changes nothing)."""
         ...
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
@@ -245,5 +248,5 @@ class StateStore(AuditQueue, Protocol):
         self, campaign: Campaign, events: list[AnonymousEvent], now: int
     ) -> list[Outcome | Uncredited]:
         """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
-        outcome per event (an ``Outcome``, or ``Uncredited.BEFORE_DECISION``)."""
+        outcome per event (an ``Outcome``, or an ``Uncredited`` refusal: store/schedule.py's RewardBounds)."""
         ...

@@ -59,6 +59,7 @@ from latebandit.store.schedule import (
     Claim,
     ClaimStatus,
     PlayedSegment,
+    RewardBounds,
     ScheduleBook,
     ScheduleView,
     Uncredited,
@@ -179,7 +180,8 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
     return delays
 
 
-OUTCOMES = {outcome.value.encode(): outcome for outcome in Outcome}  # a script's answers, decoded by lookup
+# a feedback script's answer per event, decoded by lookup
+OUTCOMES: dict[bytes, Outcome | Uncredited] = {answer.value.encode(): answer for answer in (*Outcome, *Uncredited)}
 BATCH_REFUSALS = {  # a feedback script's whole answer when the campaign refuses the batch (campaign_lib.lua)
     status.value.encode(): status for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED)
 }
@@ -423,8 +425,10 @@ class RedisStore:
             return DecisionResult(REFUSALS[status])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
-    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        outcomes: list[Outcome] = []
+    async def apply_conversions(
+        self, campaign: Campaign, events: list[PreparedConversion]
+    ) -> list[Outcome | Uncredited]:
+        outcomes: list[Outcome | Uncredited] = []
         for start in range(0, len(events), CONVERSIONS_PER_SCRIPT):
             try:
                 outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
@@ -432,7 +436,7 @@ class RedisStore:
                 raise CampaignRefused(refused.reason, outcomes) from None
         return outcomes
 
-    async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+    async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome | Uncredited]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [self.keys.dedup(cid), self.keys.delays(cid)]
@@ -511,11 +515,12 @@ class RedisStore:
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])
-        args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
+        bounds = RewardBounds.of(campaign)
+        args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version,
+                                  repr(bounds.per_decision), repr(bounds.total)]  # fmt: skip
         raw: list[bytes] = await self._run("apply_anonymous", keys, args)
         _raise_refusal(raw)
-        return [Uncredited(text) if text == Uncredited.BEFORE_DECISION else Outcome(text)
-                for text in (outcome.decode() for outcome in raw)]  # fmt: skip
+        return [OUTCOMES[outcome] for outcome in raw]
 
     # audit queue ----------------------------------------------------------------------------------
 
@@ -563,6 +568,7 @@ class RedisStore:
                          "first": book.first_record, "last": book.last_record, "crid": book.closed_through,
                          "cuntil": book.closed_until, "wm": book.watermark}),
         }  # fmt: skip
+        fields["total"] = repr(book.total)
         for arm, (slots, reward) in book.credited.items():
             fields |= {f"cs:{arm}": str(slots), f"cr:{arm}": repr(float(reward))}
         pipe.hset(self.keys.sched(cid), mapping=fields)
