@@ -42,6 +42,17 @@ class CampaignRefused(RuntimeError):
         self.applied = applied or []
 
 
+class StateUnreadable(RuntimeError):
+    """A campaign's stored state cannot be read: not what the store writes (corrupt, or a number that is not
+    finite, as feedback could leave before such values were refused). Its decisions fall back to the default
+    arm and GET /state answers an error, rather than every request failing, until an operator rebuilds the
+    state from the audit log (``latebandit rebuild``) or changes the policy."""
+
+    def __init__(self, campaign_id: str, problem: str) -> None:
+        super().__init__(f"campaign {campaign_id!r}: its stored state cannot be read ({problem})")
+        self.campaign_id = campaign_id
+
+
 class CampaignMoved(RuntimeError):
     """The campaign is at another policy version than the caller's copy of it (a policy change happened in
     between): reload the campaign and try again."""
