@@ -1,7 +1,7 @@
 """A campaign whose state in Redis cannot be read (written there corrupt, or with the non-finite sums that
 feedback could leave before such values were refused): /choose answers its default arm as a fallback and the
-log names the campaign, GET /state answers a JSON error, never a 500 on every request; a policy change
-(a fresh state) makes it learn again."""
+log names the campaign, GET /state answers a JSON error, never a 500 on every request; a rebuild from the
+audit log, or a policy change (a fresh state), makes it learn again."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from latebandit.audit.log import AuditLog
+from latebandit.audit.writer import AuditWriter
 from latebandit.config import Settings
+from latebandit.replay.rebuild import rebuild_redis
 from latebandit.store.keys import Keys
-from tests.inprocess import ManualClock, served
+from tests.inprocess import ManualClock, client, served, started
 
 SECRET = "unreadable-state-test-secret-0123456789abcdef"
 PLANNED = {
@@ -82,6 +85,28 @@ async def test_a_schedule_with_an_infinite_reward_falls_back(app, raw, redis_pre
     assert (await http.post("/campaigns/banner/policy", json=change)).status_code == 200
     assert not (await choose(http, "banner"))["fallback"]
     assert (await http.get("/campaigns/banner/state")).status_code == 200
+
+
+async def test_a_rebuild_from_the_audit_log_repairs_it(tmp_path, redis_url, redis_prefix, raw, caplog) -> None:
+    """What operators.md prescribes: `latebandit rebuild --campaign ID` (here its function, on the worker's store)."""
+    database = f"sqlite:///{tmp_path / 'audit.db'}"
+    settings = Settings(_env_file=None, secret=SECRET, database_url=database, redis_url=redis_url,
+                        redis_prefix=redis_prefix)  # fmt: skip
+    clock = ManualClock()
+    async with started(settings, clock) as app, client(app) as http:
+        assert (await http.post("/campaigns", json=PLANNED)).status_code == 201
+        for _ in range(5):
+            assert not (await choose(http, "banner"))["fallback"]
+            clock.advance(1)
+        await raw.hset(Keys(redis_prefix).segments("banner"), "1:r", "inf")
+        clock.advance(1000)
+        await assert_falls_back(http, "banner", "b", caplog)
+        store, audit = app.state.runtime.store, AuditLog(database)
+        await AuditWriter(store, audit, 1000).flush()
+        assert (await rebuild_redis(audit, store, settings, "banner")).campaigns == ["banner"]
+        assert not (await choose(http, "banner"))["fallback"]
+        state = await http.get("/campaigns/banner/state")
+        assert state.status_code == 200 and state.json()["arms"]["a"]["conversions"] == 0.0
 
 
 @pytest.mark.parametrize("corrupt", ["nan", "inf", "not a number"])
