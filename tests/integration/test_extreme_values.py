@@ -56,7 +56,9 @@ operations = st.lists(
             EXTREME,
             st.sampled_from([None, "a1", "a2"]),
         ),
-        st.tuples(st.just("attributed aggregate"), st.integers(0, 9), EXTREME),
+        st.tuples(
+            st.just("attributed aggregate"), st.integers(0, 9), st.sampled_from([None, "c1"]), EXTREME, st.booleans()
+        ),
         st.tuples(st.just("watermark"), st.integers(-3600, 3600)),
         st.tuples(st.just("advance"), st.sampled_from([1, 60, 3000, 20_000])),
         st.tuples(st.just("pause"), st.booleans()),
@@ -142,8 +144,9 @@ def _anonymous(clock: Clock, step: tuple) -> AnonymousEvent:
         at = clock.now + step[1] * SECOND
         return AnonymousEvent("watermark", at, at, 0.0, None, None, 60, {"type": "watermark"})
     if step[0] == "attributed aggregate":  # a conversion read as an aggregate at its instant
-        _, which, value = step
-        return AnonymousEvent("aggregate", clock.now, clock.now, value, None, f"d{which}", 60, {"type": "conversion"})
+        _, which, event_id, value, counts = step
+        record = {"type": "conversion"}
+        return AnonymousEvent("aggregate", clock.now, clock.now, value, event_id, f"d{which}", 60, record, counts)
     _, start, length, value, event_id = step
     begins = min(clock.now + start * SECOND, clock.now)  # the ingest takes a time ahead of now as now
     ends = min(begins + length * SECOND, clock.now)

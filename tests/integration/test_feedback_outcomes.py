@@ -79,3 +79,23 @@ async def test_repeats_and_stale_conversions_are_reported(app) -> None:
     late = await decide(http)
     clock.advance(3602)  # past its window
     assert await feedback(http, conversion(late, "e5", clock)) == {"accepted": 1, "censored": 1}
+
+
+async def test_a_planning_campaign_reports_them_too(app) -> None:
+    """Conversions sent to a campaign whose policy learns from sums (each read as an aggregate at its
+    instant): the same outcomes, and what is not counted is not credited to the schedule."""
+    http, clock = app
+    planned = {"id": "shop", "arms": ["a", "b"], "policy": {"name": "odaaf", "params": {"mean_delay": 1}}}
+    assert (await http.post("/campaigns", json=planned)).status_code == 201
+    first, spare = await decide(http), await decide(http)
+    clock.advance(1)
+    assert await feedback(http, conversion(first, "e1", clock)) == {"accepted": 1}
+    assert await feedback(http, conversion(first, "e2", clock)) == {"accepted": 1, "repeats": 1}
+    assert await feedback(http, conversion(first, None, clock)) == {"duplicates": 1}
+    assert await conversions(http) == 1
+    change = {"policy": {"name": "odaaf", "params": {"mean_delay": 2}}}
+    assert (await http.post("/campaigns/shop/policy", json=change)).status_code == 200
+    await decide(http)  # the new version's first segment opens: a conversion now would be credited to it
+    clock.advance(1)
+    assert await feedback(http, conversion(spare, "e3", clock)) == {"accepted": 1, "stale": 1}
+    assert await conversions(http) == 0

@@ -116,6 +116,8 @@ class FeedbackResult:
                 self.duplicates += 1
             else:
                 self.accepted += 1
+                self.repeats += outcome == Outcome.REPEAT
+                self.stale += outcome == Outcome.STALE
             metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
 
 

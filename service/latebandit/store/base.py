@@ -155,6 +155,7 @@ class AnonymousEvent:
     decision_id: str | None  # a conversion's decision: one conversion per decision, as for attributed ones
     dedup_ttl: int
     record: Record = field(default_factory=dict)
+    counts: bool = True  # False for a conversion of a fallback or of an earlier policy version: recorded, stale
 
 
 @dataclass

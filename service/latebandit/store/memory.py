@@ -43,6 +43,8 @@ from latebandit.store.schedule import (
 from latebandit.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
+# The outcomes of anonymous events that are audited: those that change nothing but may matter (recorded)
+AUDITED_ANONYMOUS = (Outcome.COUNTED, Outcome.PHASE_CLOSED, Outcome.REPEAT, Outcome.STALE)
 # A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), and for a ``req:`` key
 # the decision that request id got, (decision id, arm, propensity).
 Remembered = bool | tuple[str, int, float]
@@ -296,7 +298,7 @@ class MemoryStore:
         for event in events:
             outcome = self._classify_anonymous(memory, event, bounds)
             outcomes.append(outcome)
-            if outcome in (Outcome.COUNTED, Outcome.PHASE_CLOSED):
+            if outcome in AUDITED_ANONYMOUS:
                 recorded.append({**event.record, "outcome": outcome})
         book.close_ready(now, campaign.lateness_us)
         if recorded:
@@ -322,11 +324,16 @@ class MemoryStore:
         if event.event_id is not None and self._get(memory, f"ev:{event.event_id}") is not None:
             return Outcome.DUPLICATE
         if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
-            return Outcome.DUPLICATE
-        decisions = memory.counters.decisions if event.decision_id is None else None
-        outcome = book.credit(event.start, event.end, event.value, bounds, decisions)
-        if isinstance(outcome, Uncredited):
-            return outcome
+            if event.event_id is None:
+                return Outcome.DUPLICATE
+            self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
+            return Outcome.REPEAT
+        outcome: Outcome | Uncredited = Outcome.STALE
+        if event.counts:  # an aggregate is bounded by the campaign's decisions, a conversion is within [0, 1]
+            decisions = memory.counters.decisions if event.decision_id is None else None
+            outcome = book.credit(event.start, event.end, event.value, bounds, decisions)
+            if isinstance(outcome, Uncredited):
+                return outcome
         if event.event_id is not None:
             self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
         if event.decision_id is not None:

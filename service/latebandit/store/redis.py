@@ -524,7 +524,7 @@ class RedisStore:
         keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid)]
         params = [
             [event.kind, event.start, event.end, event.value, event.event_id or "", event.decision_id or "",
-             now // MICROS + event.dedup_ttl]
+             now // MICROS + event.dedup_ttl, event.counts]
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])

@@ -3,7 +3,7 @@
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (sorted set by expiry).
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
--- '', expires s]), audit records (a JSON array, one per event), policy version, the largest reward of one
+-- '', expires s, counts: false for a conversion of a fallback or an earlier policy version]), audit records (a JSON array, one per event), policy version, the largest reward of one
 -- decision and the most reward the schedule credits in all (store/schedule.py's RewardBounds).
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
 local counters, sched, segments, starts, closed, audit, seen =
@@ -72,23 +72,31 @@ local events = cjson.decode(ARGV[3])
 sweep(seen, now_s, 2 * #events + 16)  -- as apply_conversions does: a planning campaign's entries expire too
 local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
-  local kind, start, finish, value, event_id, decision, expires = unpack(event)
+  local kind, start, finish, value, event_id, decision, expires, counts = unpack(event)
   local outcome
   if kind == 'watermark' then
     redis.call('HSET', sched, 'wm', int(math.max(num('wm') or 0, start)))
     outcome = 'counted'
-  elseif (event_id ~= '' and known(seen, 'ev:' .. event_id, now_s))
-      or (decision ~= '' and known(seen, 'cv:' .. decision, now_s)) then
+  elseif event_id ~= '' and known(seen, 'ev:' .. event_id, now_s) then
     outcome = 'duplicate'
+  elseif decision ~= '' and known(seen, 'cv:' .. decision, now_s) then
+    -- a decision converted already: a new event id is a repeat (recorded, not credited), none a duplicate
+    if event_id == '' then
+      outcome = 'duplicate'
+    else
+      remember(seen, 'ev:' .. event_id, expires)
+      outcome = 'repeat'
+    end
   else
-    outcome = credit(start, finish, value, decision == '')
+    outcome = counts and credit(start, finish, value, decision == '') or 'stale'
     if outcome ~= 'before_decision' and outcome ~= 'value_out_of_range' then
       if event_id ~= '' then remember(seen, 'ev:' .. event_id, expires) end
       if decision ~= '' then remember(seen, 'cv:' .. decision, expires) end
     end
   end
   outcomes[i] = outcome
-  audited[i] = (outcome == 'counted' or outcome == 'phase_closed') and outcome or ''
+  local recorded = outcome == 'counted' or outcome == 'phase_closed' or outcome == 'repeat' or outcome == 'stale'
+  audited[i] = recorded and outcome or ''
 end
 if total ~= (num('total') or 0) then redis.call('HSET', sched, 'total', string.format('%.17g', total)) end
 close_ready(sched, segments, starts, closed, now, lateness)
