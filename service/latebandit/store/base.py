@@ -36,7 +36,7 @@ class CampaignRefused(RuntimeError):
     ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
     applied in several atomic chunks can be paused between two of them)."""
 
-    def __init__(self, reason: DecisionStatus, applied: list[Outcome] | None = None) -> None:
+    def __init__(self, reason: DecisionStatus, applied: list[Outcome | Uncredited] | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
         self.applied = applied or []
