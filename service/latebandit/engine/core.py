@@ -214,30 +214,28 @@ class DecisionEngine:
                 result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
         except StateUnreadable as unreadable:
             self._report_unreadable(unreadable, now)
-            return await self._fallback(campaign, now, request_id, "fallback_unreadable")
-        if result.status is DecisionStatus.MOVED:
-            raise CampaignMoved(campaign.id)
-        if result.status is DecisionStatus.UNKNOWN:
-            raise lost_campaign(campaign.id)
-        if result.status is DecisionStatus.PAUSED:
-            return await self._fallback(campaign, now, request_id, "fallback_paused")
-        await self._durable_decision()
-        return self._answer(campaign, result, result.status.value)
+            result, outcome = await self._fallback(campaign, now, request_id), "fallback_unreadable"
+        else:
+            if result.status is DecisionStatus.MOVED:
+                raise CampaignMoved(campaign.id)
+            if result.status is DecisionStatus.UNKNOWN:
+                raise lost_campaign(campaign.id)
+            outcome = result.status.value
+            if result.status is DecisionStatus.PAUSED:
+                result, outcome = await self._fallback(campaign, now, request_id), "fallback_paused"
+        try:
+            await self._durable()
+        except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
+            metrics.STORE_ERRORS.labels("choose_audit").inc()
+        return self._answer(campaign, result, outcome)
 
-    async def _fallback(self, campaign: Campaign, now: int, request_id: str | None, outcome: str) -> Decision:
+    async def _fallback(self, campaign: Campaign, now: int, request_id: str | None) -> DecisionResult:
         """The default arm, recorded as a fallback (its pull never counts), for a campaign that cannot decide."""
         fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
         result = await self.store.record_fallback(campaign, fallback, request_id, math.ceil(self.options.request_ttl))
         if result.status is DecisionStatus.UNKNOWN:
             raise lost_campaign(campaign.id)
-        await self._durable_decision()
-        return self._answer(campaign, result, outcome)
-
-    async def _durable_decision(self) -> None:
-        try:
-            await self._durable()
-        except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
-            metrics.STORE_ERRORS.labels("choose_audit").inc()
+        return result
 
     def _report_unreadable(self, unreadable: StateUnreadable, now: int) -> None:
         """An error line naming the campaign, at most once per UNREADABLE_REPORT_SECONDS for each: every

@@ -647,6 +647,7 @@ def _readable(campaign: Campaign, part: str) -> Iterator[None]:
 
 
 def _finite(*arrays: np.ndarray | Sequence[float]) -> None:
+    """ValueError unless every sum read is finite (the scripts never write another since they refuse values)."""
     for values in arrays:
         if not np.isfinite(values).all():
             raise ValueError("a sum is not finite")
@@ -668,7 +669,8 @@ def schedule_table(plan: Plan) -> bytes:
 
 
 def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], closed: list[bytes]) -> ScheduleView:
-    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives)."""
+    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives); ValueError
+    for what the scripts never write (invalid JSON, a reward that is not finite)."""
     number = {key.decode(): value for key, value in sched.items()}
     plan = Plan.from_json(orjson.loads(number["plan"])) if "plan" in number else None
     slot = int(number.get("slot", 0))
