@@ -53,7 +53,7 @@ caps = LabelCaps()
 
 DECISIONS = Counter(
     "latebandit_decisions_total", "Decisions served", ["campaign", "arm", "outcome"]
-)  # outcome: new, repeated, fallback_paused, fallback_store_down
+)  # outcome: new, repeated, fallback_paused, fallback_store_down, fallback_unreadable
 FEEDBACK = Counter(
     "latebandit_feedback_events_total", "Accepted feedback events by outcome", ["campaign", "outcome"]
 )  # outcome: counted, censored, repeat, stale, duplicate

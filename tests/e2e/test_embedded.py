@@ -57,9 +57,9 @@ def test_choose_feedback_state_restart_export_replay(tmp_path) -> None:
             for i, d in enumerate(decisions[::2])
         ]
         first = http.post("/feedback", json={"events": events}).json()
-        assert first == {"accepted": 15, "duplicates": 0, "censored": 0, "rejected": []}
+        assert first == {"accepted": 15, "duplicates": 0, "censored": 0, "repeats": 0, "stale": 0, "rejected": []}
         retry = http.post("/feedback", json={"events": events}).json()
-        assert retry == {"accepted": 0, "duplicates": 15, "censored": 0, "rejected": []}
+        assert retry == {"accepted": 0, "duplicates": 15, "censored": 0, "repeats": 0, "stale": 0, "rejected": []}
         state = http.get("/campaigns/summer-sale/state").json()
         assert state["decisions"] == 30
         assert sum(row["pulls"] for row in state["arms"].values()) == 30
@@ -132,7 +132,7 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         soon = {"type": "conversion", "event_id": "soon", "decision_id": decision["decision_id"],
                 "occurred_at": iso(datetime.now(UTC) + timedelta(seconds=100))}  # fmt: skip
         assert http.post("/feedback", json={"events": [soon]}).json() == {
-            "accepted": 1, "duplicates": 0, "censored": 0, "rejected": []}  # fmt: skip
+            "accepted": 1, "duplicates": 0, "censored": 0, "repeats": 0, "stale": 0, "rejected": []}  # fmt: skip
         slow = http.post("/choose", json={"campaign": "summer-sale"}).json()
         time.sleep(1.2)
         late = {"type": "conversion", "decision_id": slow["decision_id"], "occurred_at": iso(datetime.now(UTC))}

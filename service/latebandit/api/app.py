@@ -37,7 +37,7 @@ from latebandit.engine.feedback import MAX_EVENTS, Reason, not_served
 from latebandit.ids import Identifier
 from latebandit.logs import NAMED_CAMPAIGN, RequestLog, name_campaigns
 from latebandit.runtime import Runtime
-from latebandit.store.base import CampaignMoved, StoreUnavailable
+from latebandit.store.base import CampaignMoved, StateUnreadable, StoreUnavailable
 from latebandit.timeutil import Clock, parse_time, wall_clock
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -206,6 +206,13 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
     async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
         metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
         return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(StateUnreadable)
+    async def state_unreadable(request: Request, exc: StateUnreadable) -> JSONResponse:
+        """GET /state of a campaign whose stored state cannot be read (its decisions fall back meanwhile)."""
+        detail = (f"{exc}; its decisions answer its default arm until the state is rebuilt from the audit log "
+                  f"(`latebandit rebuild --campaign {exc.campaign_id}`) or its policy is changed")  # fmt: skip
+        return JSONResponse({"error": "state_unreadable", "detail": detail}, 503)
 
     app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     app.add_middleware(RequestLog)  # outermost: refusals by the key gate and the body limit are logged too

@@ -10,6 +10,7 @@ result with the same code (replay/apply.py), so a replay of the log applies exac
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable
@@ -41,17 +42,21 @@ from latebandit.store.base import (
     Pull,
     StateSnapshot,
     StateStore,
+    StateUnreadable,
     StoreUnavailable,
 )
 from latebandit.store.schedule import Claim
-from latebandit.timeutil import Clock
+from latebandit.timeutil import MICROS, Clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
+
+logger = logging.getLogger(__name__)
 
 
 class CampaignExists(ValueError):
     pass
 
 
+UNREADABLE_REPORT_SECONDS = 60  # how often a campaign whose state cannot be read is reported in the log
 GROUP_LIMIT = 64  # decisions recorded by one script call at most (the store's per-call cost is amortised long before)
 ANSWERED = (DecisionStatus.NEW, DecisionStatus.REPEATED)  # a decision recorded, or its request's earlier one
 
@@ -114,6 +119,7 @@ class DecisionEngine:
         self.scheduler = Scheduler(store, rng, self._pull)
         self._decisions = GroupCommit(self._decide_together, GROUP_LIMIT)
         self._claims = GroupCommit(self._claim_together, GROUP_LIMIT)
+        self._unreadable_reported: dict[str, int] = {}  # per campaign, when its unreadable state was last logged
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -197,29 +203,52 @@ class DecisionEngine:
                             "fallback_store_down")  # fmt: skip
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
-        ttl = math.ceil(self.options.request_ttl)
-        if campaign.plans:
-            claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
-            if claim.status in UNSETTLED:
-                raise unclaimed(campaign)
-            result = DecisionResult(DecisionStatus(claim.status.value), claim.decision_id, claim.arm, claim.propensity)
+        try:
+            if campaign.plans:
+                claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
+                if claim.status in UNSETTLED:
+                    raise unclaimed(campaign)
+                status = DecisionStatus(claim.status.value)
+                result = DecisionResult(status, claim.decision_id, claim.arm, claim.propensity)
+            else:
+                result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
+        except StateUnreadable as unreadable:
+            self._report_unreadable(unreadable, now)
+            result, outcome = await self._fallback(campaign, now, request_id), "fallback_unreadable"
         else:
-            result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
-        if result.status is DecisionStatus.MOVED:
-            raise CampaignMoved(campaign.id)
-        if result.status is DecisionStatus.UNKNOWN:
-            raise lost_campaign(campaign.id)
-        outcome = result.status.value
-        if result.status is DecisionStatus.PAUSED:
-            fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
-            result, outcome = await self.store.record_fallback(campaign, fallback, request_id, ttl), "fallback_paused"
+            if result.status is DecisionStatus.MOVED:
+                raise CampaignMoved(campaign.id)
             if result.status is DecisionStatus.UNKNOWN:
                 raise lost_campaign(campaign.id)
+            outcome = result.status.value
+            if result.status is DecisionStatus.PAUSED:
+                result, outcome = await self._fallback(campaign, now, request_id), "fallback_paused"
         try:
             await self._durable()
         except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
             metrics.STORE_ERRORS.labels("choose_audit").inc()
         return self._answer(campaign, result, outcome)
+
+    async def _fallback(self, campaign: Campaign, now: int, request_id: str | None) -> DecisionResult:
+        """The default arm, recorded as a fallback (its pull never counts), for a campaign that cannot decide."""
+        fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
+        result = await self.store.record_fallback(campaign, fallback, request_id, math.ceil(self.options.request_ttl))
+        if result.status is DecisionStatus.UNKNOWN:
+            raise lost_campaign(campaign.id)
+        return result
+
+    def _report_unreadable(self, unreadable: StateUnreadable, now: int) -> None:
+        """An error line naming the campaign, at most once per UNREADABLE_REPORT_SECONDS for each: every
+        decision of the campaign meets it until an operator acts, and the log must stay readable."""
+        reported = self._unreadable_reported.get(unreadable.campaign_id)
+        if reported is not None and now - reported < UNREADABLE_REPORT_SECONDS * MICROS:
+            return
+        self._unreadable_reported[unreadable.campaign_id] = now
+        logger.error(
+            "%s; its decisions fall back to its default arm until the state is rebuilt from the audit log "
+            "(`latebandit rebuild --campaign %s`) or its policy is changed",
+            unreadable, unreadable.campaign_id, extra={"campaign": unreadable.campaign_id},
+        )  # fmt: skip
 
     async def _decide_together(
         self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]

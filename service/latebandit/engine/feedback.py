@@ -188,7 +188,8 @@ def anonymous_event(
                           "decided_at": item.decided_at, "occurred_at": at, "value": item.value}  # fmt: skip
         if item.arm < len(campaign.arms):
             record["arm"] = campaign.arms[item.arm]
-        return AnonymousEvent("aggregate", at, at, item.value, item.event_id, item.decision_id, ttl, record)
+        counts = item.pull_counted and item.version == campaign.version
+        return AnonymousEvent("aggregate", at, at, item.value, item.event_id, item.decision_id, ttl, record, counts)
     raw, kind = item, item.get("type")
     base: Record = {"type": kind, "campaign": campaign.id, "received_at": now}
     if kind == "watermark":

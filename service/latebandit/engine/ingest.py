@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from latebandit.store.base import (
     StateStore,
     StoreUnavailable,
 )
-from latebandit.store.schedule import Uncredited
+from latebandit.store.schedule import RewardBounds, Uncredited
 from latebandit.timeutil import MICROS, Clock
 from latebandit.tokens import TokenSigner
 
@@ -58,22 +58,29 @@ class Ledger(Protocol):
     ) -> None: ...
 
     def tally_anonymous(
-        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome | Uncredited]
+        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome]
     ) -> None: ...
 
 
 @dataclass
 class FeedbackResult:
-    """The answer to a /feedback batch, and the feedback metrics of its events."""
+    """The answer to a /feedback batch, and the feedback metrics of its events. ``censored``, ``repeats`` and
+    ``stale`` count accepted events (recorded in the audit log, not counted by the policy), so each is part
+    of ``accepted``, as CONTRACT's wording has it for ``censored``: a conversion later than its window, one for
+    a decision that had converted already (a new event id), one for a decision of an earlier policy version
+    or a fallback. ``duplicates`` are not accepted (nothing recorded)."""
 
     accepted: int = 0
     duplicates: int = 0
     censored: int = 0
+    repeats: int = 0
+    stale: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     campaigns: list[str] = field(default_factory=list)  # those the events named, in order (for the access log)
 
     def body(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "duplicates": self.duplicates, "censored": self.censored,
+                "repeats": self.repeats, "stale": self.stale,
                 "rejected": sorted(self.rejected, key=lambda item: item["index"])}  # fmt: skip
 
     def reject(self, index: int, rejection: Rejection) -> None:
@@ -96,23 +103,24 @@ class FeedbackResult:
         self.duplicates += tally[Outcome.DUPLICATE]
         self.accepted += len(outcomes) - tally[Outcome.DUPLICATE]
         self.censored += tally[Outcome.CENSORED]
+        self.repeats += tally[Outcome.REPEAT]
+        self.stale += tally[Outcome.STALE]
 
     def tally_anonymous(
-        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome | Uncredited]
+        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome]
     ) -> None:
         label = metrics.campaign_label(campaign.id)
         for (index, event), outcome in zip(items, outcomes, strict=True):
             if outcome == Outcome.PHASE_CLOSED:
                 detail = "its interval reaches back before the feedback the policy already closed; recorded, not used"
                 self.reject(index, Rejection(Reason.PHASE_CLOSED, detail))
-            elif outcome is Uncredited.BEFORE_DECISION:
-                self.reject(index, Rejection(Reason.BEFORE_DECISION, "it precedes the campaign's first decision"))
             elif outcome == Outcome.DUPLICATE:
                 self.duplicates += 1
             else:
                 self.accepted += 1
-            if outcome is not Uncredited.BEFORE_DECISION:
-                metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
+                self.repeats += outcome == Outcome.REPEAT
+                self.stale += outcome == Outcome.STALE
+            metrics.FEEDBACK.labels(label, f"{event.kind}_{outcome}").inc()
 
 
 class Ingest:
@@ -138,14 +146,14 @@ class Ingest:
         except CampaignRefused as refused:
             _raise_if_lost(campaign, refused)
             applied = len(refused.applied)
-            ledger.tally(campaign, items[:applied], refused.applied)
+            ledger.tally(campaign, *_refusals_out(campaign, items[:applied], refused.applied, ledger))
             if refused.reason is DecisionStatus.MOVED:
                 left = {index for index, _ in items[applied:]}
                 return [(index, event) for index, event in events if index in left]
             for index, _ in items[applied:]:
                 ledger.reject(index, _paused(campaign))
             return APPLIED
-        ledger.tally(campaign, items, outcomes)
+        ledger.tally(campaign, *_refusals_out(campaign, items, outcomes, ledger))
         return APPLIED
 
     def _prepared(
@@ -190,8 +198,39 @@ class Ingest:
             events, outcomes = [], []
         for index, refusal in rejections:
             ledger.reject(index, refusal)
-        ledger.tally_anonymous(campaign, events, outcomes)
+        ledger.tally_anonymous(campaign, *_refusals_out(campaign, events, outcomes, ledger))
         return APPLIED
+
+
+Event = TypeVar("Event", PreparedConversion, AnonymousEvent)
+
+
+def _refusals_out(
+    campaign: Campaign, items: list[tuple[int, Event]], outcomes: Sequence[Outcome | Uncredited], ledger: Ledger
+) -> tuple[list[tuple[int, Event]], list[Outcome]]:
+    """The events the store took and their outcomes, once those it refused (``Uncredited``: nothing changed,
+    nothing recorded) are given to ``ledger`` as rejections."""
+    taken: list[tuple[int, Event]] = []
+    kept: list[Outcome] = []
+    for (index, event), outcome in zip(items, outcomes, strict=True):
+        if isinstance(outcome, Outcome):
+            taken.append((index, event))
+            kept.append(outcome)
+        elif outcome is Uncredited.BEFORE_DECISION:
+            ledger.reject(index, Rejection(Reason.BEFORE_DECISION, "it precedes the campaign's first decision"))
+        else:
+            ledger.reject(index, _out_of_range(campaign, event))
+    return taken, kept
+
+
+def _out_of_range(campaign: Campaign, event: PreparedConversion | AnonymousEvent) -> Rejection:
+    if isinstance(event, PreparedConversion):
+        return Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} is outside [0, 1]")
+    bounds = RewardBounds.of(campaign)
+    detail = (f"value {event.value!r} is more than this campaign's decisions could have produced "
+              f"({bounds.per_decision:g} per decision made so far) or would take the reward it credited past "
+              f"{bounds.total:g}")  # fmt: skip
+    return Rejection(Reason.VALUE_OUT_OF_RANGE, detail)
 
 
 def _raise_if_lost(campaign: Campaign, refused: CampaignRefused) -> None:

@@ -43,7 +43,7 @@ from latebandit.engine.scheduling import describe_schedule
 from latebandit.policies.schedule import Plan
 from latebandit.store.base import AnonymousEvent, PreparedConversion, Pull
 from latebandit.store.memory import MemoryStore
-from latebandit.store.schedule import ClaimStatus, Uncredited
+from latebandit.store.schedule import ClaimStatus
 from latebandit.timeutil import MICROS, parse_time
 
 # Per kind of feedback line, the key of its event's time: its receipt in a log without ``received_at``.
@@ -87,7 +87,7 @@ class Skips:
         pass
 
     def tally_anonymous(
-        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome | Uncredited]
+        self, campaign: Campaign, items: list[tuple[int, AnonymousEvent]], outcomes: list[Outcome]
     ) -> None:
         pass
 

@@ -36,10 +36,21 @@ class CampaignRefused(RuntimeError):
     ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
     applied in several atomic chunks can be paused between two of them)."""
 
-    def __init__(self, reason: DecisionStatus, applied: list[Outcome] | None = None) -> None:
+    def __init__(self, reason: DecisionStatus, applied: list[Outcome | Uncredited] | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
         self.applied = applied or []
+
+
+class StateUnreadable(RuntimeError):
+    """A campaign's stored state cannot be read: not what the store writes (corrupt, or a number that is not
+    finite, as feedback could leave before such values were refused). Its decisions fall back to the default
+    arm and GET /state answers an error, rather than every request failing, until an operator rebuilds the
+    state from the audit log (``latebandit rebuild``) or changes the policy."""
+
+    def __init__(self, campaign_id: str, problem: str) -> None:
+        super().__init__(f"campaign {campaign_id!r}: its stored state cannot be read ({problem})")
+        self.campaign_id = campaign_id
 
 
 class CampaignMoved(RuntimeError):
@@ -144,6 +155,7 @@ class AnonymousEvent:
     decision_id: str | None  # a conversion's decision: one conversion per decision, as for attributed ones
     dedup_ttl: int
     record: Record = field(default_factory=dict)
+    counts: bool = True  # False for a conversion of a fallback or of an earlier policy version: recorded, stale
 
 
 @dataclass
@@ -210,8 +222,11 @@ class StateStore(AuditQueue, Protocol):
         request_id gets its earlier decision."""
         ...
 
-    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch."""
+    async def apply_conversions(
+        self, campaign: Campaign, events: list[PreparedConversion]
+    ) -> list[Outcome | Uncredited]:
+        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch; one outcome
+        per event (``Uncredited.VALUE_OUT_OF_RANGE`` for a value outside [0, 1], which changes nothing)."""
         ...
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
@@ -245,5 +260,5 @@ class StateStore(AuditQueue, Protocol):
         self, campaign: Campaign, events: list[AnonymousEvent], now: int
     ) -> list[Outcome | Uncredited]:
         """Atomically deduplicate and credit aggregates, move the watermark, close what is complete; one
-        outcome per event (an ``Outcome``, or ``Uncredited.BEFORE_DECISION``)."""
+        outcome per event (an ``Outcome``, or an ``Uncredited`` refusal: store/schedule.py's RewardBounds)."""
         ...

@@ -31,10 +31,20 @@ from latebandit.store.base import (
     Pull,
     StateSnapshot,
 )
-from latebandit.store.schedule import Claim, ClaimStatus, ScheduleBook, ScheduleView, Uncredited, next_slot
+from latebandit.store.schedule import (
+    Claim,
+    ClaimStatus,
+    RewardBounds,
+    ScheduleBook,
+    ScheduleView,
+    Uncredited,
+    next_slot,
+)
 from latebandit.timeutil import MICROS
 
 _SWEEP_MINIMUM = 1024
+# The outcomes of anonymous events that are audited: those that change nothing but may matter (recorded)
+AUDITED_ANONYMOUS = (Outcome.COUNTED, Outcome.PHASE_CLOSED, Outcome.REPEAT, Outcome.STALE)
 # A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), and for a ``req:`` key
 # the decision that request id got, (decision id, arm, propensity).
 Remembered = bool | tuple[str, int, float]
@@ -181,20 +191,24 @@ class MemoryStore:
         self._queue(memory, [pull.record])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
-    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+    async def apply_conversions(
+        self, campaign: Campaign, events: list[PreparedConversion]
+    ) -> list[Outcome | Uncredited]:
         memory = self._accepting_feedback(campaign)
-        outcomes: list[Outcome] = []
+        outcomes: list[Outcome | Uncredited] = []
         recorded: list[Record] = []
         for event in events:
             outcome = self._classify(memory, event)
             outcomes.append(outcome)
-            if outcome is not Outcome.DUPLICATE:
+            if isinstance(outcome, Outcome) and outcome is not Outcome.DUPLICATE:
                 recorded.append({**event.record, "outcome": outcome.value})
         if recorded:
             self._queue(memory, recorded)
         return outcomes
 
-    def _classify(self, memory: CampaignMemory, event: PreparedConversion) -> Outcome:
+    def _classify(self, memory: CampaignMemory, event: PreparedConversion) -> Outcome | Uncredited:
+        if not 0.0 <= event.value <= 1.0:  # NaN too: S grows by at most 1 a decision, so it stays finite
+            return Uncredited.VALUE_OUT_OF_RANGE
         if event.event_id is not None and not self._set_new(memory, f"ev:{event.event_id}", event.dedup_ttl):
             return Outcome.DUPLICATE
         first = self._set_new(memory, f"cv:{event.decision_id}", event.dedup_ttl)
@@ -278,13 +292,13 @@ class MemoryStore:
         self, campaign: Campaign, events: list[AnonymousEvent], now: int
     ) -> list[Outcome | Uncredited]:
         memory = self._accepting_feedback(campaign)
-        book = memory.schedule
+        book, bounds = memory.schedule, RewardBounds.of(campaign)
         outcomes: list[Outcome | Uncredited] = []
         recorded = []
         for event in events:
-            outcome = self._classify_anonymous(memory, event)
+            outcome = self._classify_anonymous(memory, event, bounds)
             outcomes.append(outcome)
-            if outcome in (Outcome.COUNTED, Outcome.PHASE_CLOSED):
+            if outcome in AUDITED_ANONYMOUS:
                 recorded.append({**event.record, "outcome": outcome})
         book.close_ready(now, campaign.lateness_us)
         if recorded:
@@ -300,7 +314,9 @@ class MemoryStore:
         assert memory is not None
         return memory
 
-    def _classify_anonymous(self, memory: CampaignMemory, event: AnonymousEvent) -> Outcome | Uncredited:
+    def _classify_anonymous(
+        self, memory: CampaignMemory, event: AnonymousEvent, bounds: RewardBounds
+    ) -> Outcome | Uncredited:
         book = memory.schedule
         if event.kind == "watermark":
             book.watermark = max(book.watermark, event.start)
@@ -308,10 +324,16 @@ class MemoryStore:
         if event.event_id is not None and self._get(memory, f"ev:{event.event_id}") is not None:
             return Outcome.DUPLICATE
         if event.decision_id is not None and self._get(memory, f"cv:{event.decision_id}") is not None:
-            return Outcome.DUPLICATE
-        outcome = book.credit(event.start, event.end, event.value)
-        if outcome is Uncredited.BEFORE_DECISION:
-            return outcome
+            if event.event_id is None:
+                return Outcome.DUPLICATE
+            self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
+            return Outcome.REPEAT
+        outcome: Outcome | Uncredited = Outcome.STALE
+        if event.counts:  # an aggregate is bounded by the campaign's decisions, a conversion is within [0, 1]
+            decisions = memory.counters.decisions if event.decision_id is None else None
+            outcome = book.credit(event.start, event.end, event.value, bounds, decisions)
+            if isinstance(outcome, Uncredited):
+                return outcome
         if event.event_id is not None:
             self._set(memory, f"ev:{event.event_id}", True, event.dedup_ttl)
         if event.decision_id is not None:

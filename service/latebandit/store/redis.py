@@ -18,7 +18,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -52,6 +52,7 @@ from latebandit.store.base import (
     PreparedConversion,
     Pull,
     StateSnapshot,
+    StateUnreadable,
     StoreUnavailable,
 )
 from latebandit.store.keys import Keys
@@ -59,6 +60,7 @@ from latebandit.store.schedule import (
     Claim,
     ClaimStatus,
     PlayedSegment,
+    RewardBounds,
     ScheduleBook,
     ScheduleView,
     Uncredited,
@@ -179,7 +181,8 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
     return delays
 
 
-OUTCOMES = {outcome.value.encode(): outcome for outcome in Outcome}  # a script's answers, decoded by lookup
+# a feedback script's answer per event, decoded by lookup
+OUTCOMES: dict[bytes, Outcome | Uncredited] = {answer.value.encode(): answer for answer in (*Outcome, *Uncredited)}
 BATCH_REFUSALS = {  # a feedback script's whole answer when the campaign refuses the batch (campaign_lib.lua)
     status.value.encode(): status for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED)
 }
@@ -345,19 +348,26 @@ class RedisStore:
 
     def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
         self._refreshing.pop(key, None)
-        if not done.cancelled():
-            done.exception()  # retrieved: a failed refresh is retried by the next request, not logged as lost
+        # retrieved: a failed refresh is retried by the next request, not logged as lost; one that found the state
+        # unreadable also drops the cache, so that the next request waits for its own read and meets the error
+        if not done.cancelled() and isinstance(done.exception(), StateUnreadable):
+            self._cache.pop(key[0], None)
 
     async def _read(self, campaign: Campaign) -> StateSnapshot:
+        """The campaign's state, read now; StateUnreadable if it is not what the scripts write. Only a read
+        is checked for finite sums (the counters a decision's reply brings are the same fields: the next read,
+        at most ``snapshot_interval`` later, finds what a reply could)."""
         async with self._reachable("snapshot"), self.client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
             pipe.hgetall(self.keys.delays(campaign.id))
             counters_raw, cells_raw, delays_raw = await pipe.execute()
         components = len(campaign.exact_components)
-        counters = parse_counters(counters_raw, len(campaign.arms))
-        histogram = parse_histogram(cells_raw, components)
-        delays = parse_delays(delays_raw, len(campaign.arms))
+        with _readable(campaign, "counters and histogram"):
+            counters = parse_counters(counters_raw, len(campaign.arms))
+            histogram = parse_histogram(cells_raw, components)
+            delays = parse_delays(delays_raw, len(campaign.arms))
+            _finite(counters.conversions, histogram.moments)
         cached = _Cached(counters, histogram, delays, self._clock(), campaign.version, _stamp(counters_raw))
         self._cache[campaign.id] = cached
         return StateSnapshot(counters, histogram, delays)
@@ -405,7 +415,11 @@ class RedisStore:
         if not reply:
             return None
         fields = dict(zip(reply[::2], reply[1::2], strict=True))
-        counters = parse_counters(fields, len(campaign.arms))
+        try:
+            counters = parse_counters(fields, len(campaign.arms))
+        except (ValueError, IndexError):  # unreadable: the decision stands, and the next read says why (_read)
+            self._cache.pop(campaign.id, None)
+            return None
         if cached is not None:
             cached.counters, cached.stamp = counters, _stamp(fields)
         return counters
@@ -423,8 +437,10 @@ class RedisStore:
             return DecisionResult(REFUSALS[status])
         return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
 
-    async def apply_conversions(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
-        outcomes: list[Outcome] = []
+    async def apply_conversions(
+        self, campaign: Campaign, events: list[PreparedConversion]
+    ) -> list[Outcome | Uncredited]:
+        outcomes: list[Outcome | Uncredited] = []
         for start in range(0, len(events), CONVERSIONS_PER_SCRIPT):
             try:
                 outcomes += await self._apply_chunk(campaign, events[start : start + CONVERSIONS_PER_SCRIPT])
@@ -432,7 +448,7 @@ class RedisStore:
                 raise CampaignRefused(refused.reason, outcomes) from None
         return outcomes
 
-    async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome]:
+    async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome | Uncredited]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [self.keys.dedup(cid), self.keys.delays(cid)]
@@ -488,7 +504,8 @@ class RedisStore:
             pipe.hgetall(self.keys.segments(cid))
             pipe.lrange(self.keys.closed(cid), 0, -1)
             sched, segments, closed = await pipe.execute()
-        return parse_schedule(sched, segments, closed)
+        with _readable(campaign, "schedule"):
+            return parse_schedule(sched, segments, closed)
 
     async def commit_plan(
         self, campaign: Campaign, expected: int, plan: Plan, consumed: int, record: Record, now: int
@@ -507,15 +524,16 @@ class RedisStore:
         keys = [*self._schedule_keys(cid), self.keys.audit(cid), self.keys.dedup(cid)]
         params = [
             [event.kind, event.start, event.end, event.value, event.event_id or "", event.decision_id or "",
-             now // MICROS + event.dedup_ttl]
+             now // MICROS + event.dedup_ttl, event.counts]
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])
-        args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version]
+        bounds = RewardBounds.of(campaign)
+        args: list[EncodableT] = [now, campaign.lateness_us, orjson.dumps(params), records, campaign.version,
+                                  repr(bounds.per_decision), repr(bounds.total)]  # fmt: skip
         raw: list[bytes] = await self._run("apply_anonymous", keys, args)
         _raise_refusal(raw)
-        return [Uncredited(text) if text == Uncredited.BEFORE_DECISION else Outcome(text)
-                for text in (outcome.decode() for outcome in raw)]  # fmt: skip
+        return [OUTCOMES[outcome] for outcome in raw]
 
     # audit queue ----------------------------------------------------------------------------------
 
@@ -563,6 +581,7 @@ class RedisStore:
                          "first": book.first_record, "last": book.last_record, "crid": book.closed_through,
                          "cuntil": book.closed_until, "wm": book.watermark}),
         }  # fmt: skip
+        fields["total"] = repr(book.total)
         for arm, (slots, reward) in book.credited.items():
             fields |= {f"cs:{arm}": str(slots), f"cr:{arm}": repr(float(reward))}
         pipe.hset(self.keys.sched(cid), mapping=fields)
@@ -618,6 +637,22 @@ class RedisStore:
         self._cache.pop(cid, None)
 
 
+@contextlib.contextmanager
+def _readable(campaign: Campaign, part: str) -> Iterator[None]:
+    """Turns what parsing a campaign's state raises on data the scripts never write into StateUnreadable."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as error:  # orjson's errors are ValueErrors
+        raise StateUnreadable(campaign.id, f"{part}: {type(error).__name__}: {error}") from error
+
+
+def _finite(*arrays: np.ndarray | Sequence[float]) -> None:
+    """ValueError unless every sum read is finite (the scripts never write another since they refuse values)."""
+    for values in arrays:
+        if not np.isfinite(values).all():
+            raise ValueError("a sum is not finite")
+
+
 def _integers(values: dict[str, int]) -> HashFields:
     return {key: str(value) for key, value in values.items()}
 
@@ -634,7 +669,8 @@ def schedule_table(plan: Plan) -> bytes:
 
 
 def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], closed: list[bytes]) -> ScheduleView:
-    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives)."""
+    """The ScheduleView of the Redis hashes (the same object the embedded store's ScheduleBook gives); ValueError
+    for what the scripts never write (invalid JSON, a reward that is not finite)."""
     number = {key.decode(): value for key, value in sched.items()}
     plan = Plan.from_json(orjson.loads(number["plan"])) if "plan" in number else None
     slot = int(number.get("slot", 0))
@@ -656,6 +692,8 @@ def parse_schedule(sched: dict[bytes, bytes], segments: dict[bytes, bytes], clos
             credited[arm] = (int(value), float(number.get(f"cr:{arm}", b"0")))
     observed = [Observed(Segment.from_json(item["segment"]), item["slots"], float(item["reward"]))
                 for item in map(orjson.loads, closed)]  # fmt: skip
+    _finite([record.reward for record in records], [reward for _, reward in credited.values()],
+            [item.reward for item in observed])  # fmt: skip
     return ScheduleView(
         int(number.get("v", 0)), plan, observed, [record.observed(slot) for record in records], slot,
         int(number.get("wm", 0)), int(number.get("cuntil", 0)), records[-1] if records else None, credited,

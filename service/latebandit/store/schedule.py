@@ -23,20 +23,55 @@ apply_anonymous.lua mirror it line for line, and the same contract tests run aga
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from latebandit.audit.records import Outcome
 from latebandit.policies.schedule import Next, Observed, Plan, Segment
 
+if TYPE_CHECKING:
+    from latebandit.campaign import Campaign
+
 CLOSE_PER_CALL = 1000  # records closed at most per operation (the rest on the next one)
 NO_RECORD = -2  # ``current`` before the first record of a plan; -1 is the plan's hold
+CREDIT_LIMIT = 1e300
+"""The most reward a schedule credits in all, in value units and in the policy's units (value / reward_cap).
+Every running sum of credited reward (a record's, an arm's closed total, the sums the policy and the state add
+up, in any order) is a sum of parts of that total, so it stays 1e8 times below float64's largest number,
+whatever the values sent and whatever the rounding."""
 
 
 class Uncredited(StrEnum):
-    """An anonymous event that no record of the schedule could take (it is refused, not recorded)."""
+    """A feedback event the store refuses: nothing changed, nothing recorded (the ingest rejects it)."""
 
     BEFORE_DECISION = "before_decision"  # it precedes the campaign's first decision
+    VALUE_OUT_OF_RANGE = "value_out_of_range"  # no decision of the campaign could have produced it
+
+
+@dataclass(frozen=True)
+class RewardBounds:
+    """What a planning campaign's feedback may credit. ``per_decision``: the largest reward of one decision,
+    the policy's ``reward_cap`` (1 for a policy without one); an aggregate is the total reward of the decisions
+    made before its interval's end, so it is at most ``per_decision`` times the decisions the campaign has
+    counted when it arrives (an upper bound of those: the counters hold the decisions made so far under the
+    current policy version, which is what its schedule credits). ``total``: CREDIT_LIMIT, in value units and
+    (divided by the cap) in the policy's."""
+
+    per_decision: float
+    total: float
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> RewardBounds:
+        cap = float(campaign.policy_impl.params().get("reward_cap", 1.0))
+        return cls(cap, CREDIT_LIMIT * min(1.0, cap))
+
+    def admits(self, value: float, decisions: int | None, credited: float) -> bool:
+        """Whether ``value`` may be credited on top of ``credited``: an aggregate over the campaign's
+        ``decisions``, or a conversion (None: one decision's, already within [0, 1]). NaN admits nothing."""
+        most = math.inf if decisions is None else self.per_decision * decisions
+        return 0.0 <= value <= most and credited + value <= self.total
 
 
 class ClaimStatus(StrEnum):
@@ -117,6 +152,7 @@ class ScheduleBook:
     closed: list[Observed] = field(default_factory=list)
     watermark: int = 0
     credited: dict[int, tuple[int, float]] = field(default_factory=dict)  # arm: (slots, reward), closed counted
+    total: float = 0.0  # all reward credited since the schedule began (open and closed records): RewardBounds
 
     def resolve(self, slot: int) -> tuple[int, Segment]:
         """The plan index (-1: the hold) and segment of ``slot``."""
@@ -211,10 +247,13 @@ class ScheduleBook:
         del self.closed[:consumed]
         return True
 
-    def credit(self, start: int, end: int, value: float) -> Outcome | Uncredited:
+    def credit(
+        self, start: int, end: int, value: float, bounds: RewardBounds, decisions: int | None
+    ) -> Outcome | Uncredited:
         """Credit an aggregate over [start, end) to the open records it overlaps, in proportion to time (an
         instant, start == end, to the record containing it). ``phase_closed`` if it reaches back before
-        ``closed_until``; ``before_decision`` if it touches no record (it precedes the first decision)."""
+        ``closed_until``; ``before_decision`` if it touches no record (it precedes the first decision);
+        ``value_out_of_range`` unless ``bounds`` admit it (``decisions``: RewardBounds.admits)."""
         if start < self.closed_until:
             return Outcome.PHASE_CLOSED
         shares = []
@@ -225,9 +264,14 @@ class ScheduleBook:
                     shares.append((record, 1.0))
             elif min(end, upper) > max(start, record.start):
                 shares.append((record, (min(end, upper) - max(start, record.start)) / (end - start)))
+        if not shares:
+            return Uncredited.BEFORE_DECISION
+        if not bounds.admits(value, decisions, self.total):
+            return Uncredited.VALUE_OUT_OF_RANGE
         for record, share in shares:
             record.reward += value * share
-        return Outcome.COUNTED if shares else Uncredited.BEFORE_DECISION
+        self.total += value
+        return Outcome.COUNTED
 
     def view(self) -> ScheduleView:
         open_ = [record.observed(self.slot) for record in self.records.values()]

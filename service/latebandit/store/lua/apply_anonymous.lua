@@ -3,7 +3,8 @@
 -- records whose feedback is complete (mirrors MemoryStore.apply_anonymous and ScheduleBook.credit).
 -- KEYS: counters, sched, segments, starts, closed, audit, dedup (sorted set by expiry).
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
--- '', expires s]), audit records (a JSON array, one per event), policy version.
+-- '', expires s, counts: false for a conversion of a fallback or an earlier policy version]), audit records (a JSON array, one per event), policy version, the largest reward of one
+-- decision and the most reward the schedule credits in all (store/schedule.py's RewardBounds).
 -- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
 local counters, sched, segments, starts, closed, audit, seen =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -12,6 +13,17 @@ local refusal = campaign_refusal(counters, ARGV[5])
 if refusal then return {refusal} end
 local num = field_reader(sched)
 local now_s = math.floor(now / 1000000)
+local per_decision, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
+local decisions = tonumber(redis.call('HGET', counters, 'd')) or 0
+local total = num('total') or 0  -- all reward credited since the schedule began: written back once, at the end
+
+-- RewardBounds.admits: an aggregate (no decision) is at most the per-decision reward times the decisions
+-- counted, a conversion is within [0, 1] already; either keeps the total within the limit. NaN (JSON's null, from
+-- Python) admits nothing.
+local function admits(value, aggregate)
+  local most = aggregate and per_decision * decisions or math.huge
+  return type(value) == 'number' and value >= 0 and value <= most and total + value <= limit
+end
 
 -- The open records that can overlap [start, finish): records are contiguous in time (each ends where the
 -- next begins, only the last is open-ended), so they are those that begin at the latest beginning at or
@@ -32,8 +44,8 @@ local function candidates(start, finish)
 end
 
 -- Credit [start, end) to the open records it overlaps, in proportion to time (an instant to the record
--- containing it).
-local function credit(start, finish, value)
+-- containing it), if the bounds admit its value.
+local function credit(start, finish, value, aggregate)
   if start < (num('cuntil') or 0) then return 'phase_closed' end
   local ids = candidates(start, finish)
   local shares = {}
@@ -48,9 +60,11 @@ local function credit(start, finish, value)
     end
   end
   if #shares == 0 then return 'before_decision' end
+  if not admits(value, aggregate) then return 'value_out_of_range' end
   for _, share in ipairs(shares) do
     add_float(segments, share[1] .. ':r', share[2] and value * share[2] or value)
   end
+  total = total + value
   return 'counted'
 end
 
@@ -58,24 +72,33 @@ local events = cjson.decode(ARGV[3])
 sweep(seen, now_s, 2 * #events + 16)  -- as apply_conversions does: a planning campaign's entries expire too
 local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
-  local kind, start, finish, value, event_id, decision, expires = unpack(event)
+  local kind, start, finish, value, event_id, decision, expires, counts = unpack(event)
   local outcome
   if kind == 'watermark' then
     redis.call('HSET', sched, 'wm', int(math.max(num('wm') or 0, start)))
     outcome = 'counted'
-  elseif (event_id ~= '' and known(seen, 'ev:' .. event_id, now_s))
-      or (decision ~= '' and known(seen, 'cv:' .. decision, now_s)) then
+  elseif event_id ~= '' and known(seen, 'ev:' .. event_id, now_s) then
     outcome = 'duplicate'
+  elseif decision ~= '' and known(seen, 'cv:' .. decision, now_s) then
+    -- a decision converted already: a new event id is a repeat (recorded, not credited), none a duplicate
+    if event_id == '' then
+      outcome = 'duplicate'
+    else
+      remember(seen, 'ev:' .. event_id, expires)
+      outcome = 'repeat'
+    end
   else
-    outcome = credit(start, finish, value)
-    if outcome ~= 'before_decision' then
+    outcome = counts and credit(start, finish, value, decision == '') or 'stale'
+    if outcome ~= 'before_decision' and outcome ~= 'value_out_of_range' then
       if event_id ~= '' then remember(seen, 'ev:' .. event_id, expires) end
       if decision ~= '' then remember(seen, 'cv:' .. decision, expires) end
     end
   end
   outcomes[i] = outcome
-  audited[i] = (outcome == 'counted' or outcome == 'phase_closed') and outcome or ''
+  local recorded = outcome == 'counted' or outcome == 'phase_closed' or outcome == 'repeat' or outcome == 'stale'
+  audited[i] = recorded and outcome or ''
 end
+if total ~= (num('total') or 0) then redis.call('HSET', sched, 'total', string.format('%.17g', total)) end
 close_ready(sched, segments, starts, closed, now, lateness)
 audit_batch(audit, ARGV[4], audited)
 return outcomes

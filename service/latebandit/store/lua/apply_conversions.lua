@@ -5,7 +5,8 @@
 -- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
 -- value, expires (s), delay bucket]), audit records (a JSON array, one per event), policy version the events
 -- were classified against.
--- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
+-- Returns one outcome per event ('value_out_of_range' for a value outside [0, 1]: nothing changed, nothing
+-- recorded), or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
 local counters, cells, audit, seen, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local refusal = campaign_refusal(counters, ARGV[4])
 if refusal then return {refusal} end
@@ -23,7 +24,10 @@ local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
   local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket = unpack(event)
   local outcome
-  if event_id ~= '' and not first_time(seen, 'ev:' .. event_id, expires, now_s) then
+  value = tonumber(value)
+  if not (value and value >= 0 and value <= 1) then  -- NaN too: S grows by at most 1 a decision, so it stays finite
+    outcome = 'value_out_of_range'
+  elseif event_id ~= '' and not first_time(seen, 'ev:' .. event_id, expires, now_s) then
     outcome = 'duplicate'
   elseif not first_time(seen, 'cv:' .. decision, expires, now_s) then
     if event_id == '' then outcome = 'duplicate' elseif censored then outcome = 'censored' else outcome = 'repeat' end
@@ -39,14 +43,14 @@ for i, event in ipairs(events) do
       outcome = 'stale'
     else
       local field = 's:' .. arm
-      sums[field] = (sums[field] or tonumber(redis.call('HGET', counters, field)) or 0) + tonumber(value)
+      sums[field] = (sums[field] or tonumber(redis.call('HGET', counters, field)) or 0) + value
       local cell = arm .. ':' .. bucket .. ':'
       converted[cell] = (converted[cell] or 0) + 1
       outcome = 'counted'
     end
   end
   outcomes[i] = outcome
-  audited[i] = outcome ~= 'duplicate' and outcome or ''
+  audited[i] = (outcome ~= 'duplicate' and outcome ~= 'value_out_of_range') and outcome or ''
 end
 for field, total in pairs(sums) do redis.call('HSET', counters, field, string.format('%.17g', total)) end
 if next(sums) then stamp_counters(counters) end
