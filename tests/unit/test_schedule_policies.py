@@ -270,3 +270,16 @@ def test_noise_free_regret_of_the_reference_setting(name: str, params: dict, reg
         plan = policy.plan(plan.state, observed, [], rng())
     assert plan.state["active"] == [1] and plan.state["m"] == 5 and played < horizon
     assert 0.1 * bad_plays == pytest.approx(regret, abs=1e-9)
+
+
+def test_clw_plans_a_block_for_a_bound_of_millions_of_slots() -> None:
+    """A bound of 3.6M slots (a heavy-tailed delay at a high rate): 2d̂ dwarfs any chunk of coins, so the
+    first draws may hold no coin 1 at all; the plan must still come, with its block at least 2d̂ long."""
+    window = 3_600_000
+    policy = make_policy("clw", {"max_delay": window}, 4)
+    for seed in range(3):
+        generator = np.random.default_rng(seed)
+        plan = policy.plan(None, [], [], generator)
+        plan = policy.plan(plan.state, [], [], generator)
+        assert sum(segment.slots for segment in plan.segments) >= 2 * window
+        assert plan.segments[-1].counted and plan.segments[-1].slots == window

@@ -26,7 +26,7 @@ import numpy as np
 from latebandit.policies.base import Param
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State
 
-COIN_CHUNK = 4096  # CLW coins drawn at once while looking for the end of a block
+GAP_CHUNK = 16  # gaps between CLW coins 1 drawn at once; a block ends after e of them on average
 
 
 def round_sizes_total(beta: float, rounds: int) -> int:
@@ -212,18 +212,19 @@ class Clw(Exp3Schedule):
         return min(item.reward / self._params["reward_cap"] / (2.0 * self.window), 1.0)
 
     def wait_for_end(self, rng: np.random.Generator) -> int:
-        """Slots until the first coin 1 followed by 2d̂ − 1 coins 0, in fresh Bernoulli(1/(2d̂)) coins."""
-        quiet = 2 * self.window - 1
-        ones: list[int] = []
-        drawn = 0
+        """Slots until the first coin 1 followed by 2d̂ − 1 coins 0, in fresh Bernoulli(1/(2d̂)) coins.
+
+        Drawn as the gaps between coins 1 (geometric): the end is the first 1 whose gap to the next exceeds
+        2d̂ − 1. The same law as drawing the coins one by one, in about e draws whatever d̂: coins drawn in
+        chunks found no 1 at all at bounds of millions of slots."""
+        quiet, chance = 2 * self.window - 1, 1.0 / (2 * self.window)
+        candidate = int(rng.geometric(chance))  # the first coin 1
         while True:
-            coins = rng.random(COIN_CHUNK) < 1.0 / (2 * self.window)
-            ones.extend((np.flatnonzero(coins) + drawn + 1).tolist())
-            drawn += COIN_CHUNK
-            for position, following in zip(ones, [*ones[1:], math.inf], strict=True):
-                if following - position > quiet and position + quiet <= drawn:
-                    return position
-            ones = ones[-1:]
+            gaps = rng.geometric(chance, GAP_CHUNK)  # gaps[i]: from the i-th candidate on to the next coin 1
+            long = np.flatnonzero(gaps > quiet)
+            if long.size:
+                return candidate + int(gaps[: long[0]].sum())
+            candidate += int(gaps.sum())
 
     def plan(
         self, state: State | None, closed: Sequence[Observed], open_: Sequence[Observed], rng: np.random.Generator
