@@ -176,7 +176,7 @@ def test_exp3_probabilities_worked_example() -> None:
 
 
 def test_ars_exp3_update_follows_the_worked_example() -> None:
-    policy = make_policy("ars-exp3", {"gamma": 0.1, "horizon": 10**6}, 3)
+    policy = make_policy("ars-exp3", {"gamma": 0.1, "horizon": 10**6, "eta": 0}, 3)
     state = {**policy.fresh(0), "log_weights": [1.0, 1.0, 1.0]}
     round_one = policy.plan(state, [], [], rng()).segments[0]
     segment = type(round_one)(0, 4, True, 1 / 3, kind="round")
@@ -199,7 +199,7 @@ def test_ars_exp3_horizon_constants(horizon: int, rounds: int, total: int, gamma
 
 
 def test_ars_exp3_rounds_grow_and_cover_the_horizon() -> None:
-    policy = make_policy("ars-exp3", {"horizon": 10_000}, 9)
+    policy = make_policy("ars-exp3", {"horizon": 10_000, "eta": 0}, 9)
     plan, sizes = policy.plan(None, [], [], rng()), []
     while sum(sizes) < 10_000:
         sizes.append(plan.segments[0].slots)
@@ -230,7 +230,7 @@ def test_clw_gamma(window: int, gamma: float) -> None:
 
 
 def test_clw_feeds_the_tail_sum_over_two_d() -> None:
-    policy = make_policy("clw", {"max_delay": 10, "gamma": 0.1, "horizon": 10**6}, 2)
+    policy = make_policy("clw", {"max_delay": 10, "gamma": 0.1, "horizon": 10**6, "eta": 0}, 2)
     plan = policy.plan(None, [], [], rng())
     tail = plan.segments[-1]
     state = policy.plan(plan.state, [Observed(tail, 10, 5.0)], [], rng()).state
