@@ -38,11 +38,11 @@ def test_quantiles_of_the_declared_delay() -> None:
 
 
 def test_round_unit_and_clw_bound_come_from_the_declared_delay() -> None:
-    """Rounds of the median delay; CLW's blocks (about 2e·d̂ slots) as long as the 90 % quantile."""
+    """Rounds of the median delay; CLW's blocks (about 2e·d̂ slots) twice as long."""
     delays, per_slot = (Pareto(1.5, 60.0),), 1 / 20
     for name in ("ars-ucb", "ars-exp3"):
         params = make_policy(name, {}, 4).declared_defaults({}, delays, per_slot)
         assert params == {"round_unit": math.ceil(20 * 60.0 * 2 ** (1 / 1.5))}  # 1,905 slots
         assert make_policy(name, {}, 4).declared_defaults({"round_unit": 7}, delays, per_slot) == {"round_unit": 7}
     bound = Clw.declared_defaults({}, delays, per_slot)["max_delay"]
-    assert bound == math.ceil(20 * 60.0 * 10 ** (1 / 1.5) / (2 * math.e))  # 1,025 slots
+    assert bound == math.ceil(20 * 60.0 * 2 ** (1 / 1.5) / math.e)  # 701 slots

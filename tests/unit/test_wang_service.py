@@ -10,7 +10,11 @@ from pathlib import Path
 from latebandit.config import Settings
 from tests.inprocess import ManualClock, served
 
-W1 = {"arms": ["a", "b", "c", "d"], "delay": {"family": "pareto", "alpha": 1.5, "scale": 60}, "decisions_per_second": 20}
+W1 = {
+    "arms": ["a", "b", "c", "d"],
+    "delay": {"family": "pareto", "alpha": 1.5, "scale": 60},
+    "decisions_per_second": 20,
+}
 
 
 async def test_planning_policies_of_wang_serve_at_their_defaults(tmp_path: Path) -> None:
@@ -28,7 +32,9 @@ async def test_planning_policies_of_wang_serve_at_their_defaults(tmp_path: Path)
             for _ in range(3):
                 answer = await http.post("/choose", json={"campaign": campaign})
                 assert answer.status_code == 200, (campaign, answer.text)
-        resolved = {name: (await http.get(f"/campaigns/{name}")).json()["policy"]["resolved_params"] for name in campaigns}
-    assert resolved["clw"]["max_delay"] == math.ceil(20 * 60 * 10 ** (1 / 1.5) / (2 * math.e))  # 1,025 slots
+        resolved = {
+            name: (await http.get(f"/campaigns/{name}")).json()["policy"]["resolved_params"] for name in campaigns
+        }
+    assert resolved["clw"]["max_delay"] == math.ceil(20 * 60 * 2 ** (1 / 1.5) / math.e)  # 701 slots
     assert resolved["clw-huge"]["max_delay"] == 3_600_000
     assert resolved["ucb"]["round_unit"] == resolved["exp3"]["round_unit"] == math.ceil(20 * 60 * 2 ** (1 / 1.5))

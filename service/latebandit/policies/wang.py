@@ -37,10 +37,14 @@ and the reproductions use them:
   expectation, as in EXP3. The doubling restarts (footnote 3) threw away what each epoch had learned.
   η = 3 was the best of 0.3, 1 and 3 in our simulations (docs/algorithms/wang.md).
 - CLW's d̂: a heavy-tailed delay has no bound, and the bound of a bounded one can be days. A slot ends a
-  block with probability q(1 − q)^(2d̂ − 1) ≈ 1/(2e·d̂), so blocks last about 2e·d̂ slots, and d̂ = q_0.9 / (2e),
-  q_0.9 the declared delay's 90 % quantile in slots, makes a typical block as long as 90 % of the delays.
+  block with probability q(1 − q)^(2d̂ − 1) ≈ 1/(2e·d̂), so blocks last about 2e·d̂ slots; d̂ = the declared
+  delay's median in slots over e makes a typical block two median delays long, so that a play's reward
+  mostly lands in its own block, and leaves blocks short enough for EXP3 to draw one every few minutes.
   ARS-CLW (App. C, Theorem 3) runs the same block rule with a d̂ below d in all its early phases and pays
   only h⁻¹(d) for it.
+- ARS-EXP3 and CLW play every arm once first, in index order (propensity 1), as Algorithm 1 does: drawn
+  at random, four arms need about eight rounds on average (4·(1 + 1/2 + 1/3 + 1/4)) to all be played,
+  half an hour of rounds of the median delay at 20 decisions a second.
 """
 
 from __future__ import annotations
@@ -58,7 +62,6 @@ from latebandit.policies.base import Param
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State
 
 GAP_CHUNK = 16  # gaps between CLW coins 1 drawn at once; a block ends after e of them on average
-CLW_QUANTILE = 0.9  # CLW's default blocks last this quantile of the declared delay on average (Clw)
 RELATIVE_ETA = 3.0  # the default learning rate of the EXP3 policies on relative rewards (module docstring)
 
 
@@ -250,6 +253,10 @@ class Exp3Schedule(SchedulePolicy):
         return {**state, "log_weights": log_weights.tolist(), "seen": [reward, slots]}
 
     def draw(self, state: State, rng: np.random.Generator) -> tuple[int, float]:
+        """The arm of the next segment and its probability; with ``eta`` > 0 the first N segments play
+        every arm once, in index order, as ARS-UCB's initialisation does (Algorithm 1)."""
+        if self._params["eta"] and state["round"] <= self.n_arms:
+            return state["round"] - 1, 1.0
         if self._params["eta"]:
             gamma, scale = self.anytime_gamma(state["round"]), 1.0
         else:
@@ -322,7 +329,7 @@ class Clw(Exp3Schedule):
     slot t when coin B_t = 1 and the next 2d̂ − 1 coins are 0 (q = 1/(2d̂)), so blocks after the first last
     at least 2d̂ slots; EXP3 learns only from the block's last d̂ slots; the rest is discarded. ``eta`` 0:
     the paper's x = Σ of those slots / (2d̂). The defaults (module docstring): d̂ is the declared delay's
-    90 % quantile in slots over 2e, and the update is Exp3Schedule's relative one.
+    median in slots over e, and the update is Exp3Schedule's relative one.
 
     The coins after a block end are known to be 0, so the next block is 2d̂ − 1 slots plus the wait for
     the first 1 followed by 2d̂ − 1 zeros in fresh coins: each block's length is drawn when it starts.
@@ -340,8 +347,8 @@ class Clw(Exp3Schedule):
     def declared_defaults(
         cls, params: Mapping[str, Any], delays: Sequence[DelayModel], per_slot: float | None
     ) -> dict[str, Any]:
-        tail = declared_delay(delays, per_slot, CLW_QUANTILE)
-        return with_default(params, "max_delay", None if tail is None else tail / (2.0 * math.e))
+        median = declared_delay(delays, per_slot, 0.5)
+        return with_default(params, "max_delay", None if median is None else median / math.e)
 
     @property
     def window(self) -> int:
