@@ -28,14 +28,16 @@ and the reproductions use them:
   bound while the paper's width, at s of a few percent, needs about 5 times the slots to separate arms.
   It is the paper's index until an arm's estimate is that precise.
 - ARS-EXP3 and CLW: the update η·x/p with x = (r − b)/max(r, b) in [−1, 1], r the segment's reward per
-  slot and b the rate of every counted segment completed before it, in one epoch whose γ_k is Theorem 2's
-  γ for the k rounds drawn so far. Theorem 2's γ and normaliser g(K) are tuned for its worst case: its
-  bound 3g(K)·sqrt(NK·ln N) + 2dK exceeds T unless T is far beyond d³ (for N = 9 and d = 10, at every
-  T ≤ 10⁵), and with an x of Z'/g(K), at most the conversion rate, ARS-EXP3 played as uniform play does
-  for 200,000 decisions (docs/algorithms/wang.md). x measures a segment in the rate's own scale; it grows
-  with r and b does not depend on the arm drawn, so the arm with the higher rate gains more weight in
-  expectation, as in EXP3. The doubling restarts (footnote 3) threw away what each epoch had learned.
-  η = 3 was the best of 0.3, 1 and 3 in our simulations (docs/algorithms/wang.md).
+  slot and b the rate of every counted segment completed before it, in one epoch (no restarts) whose γ
+  follows the slots t played: ARS-EXP3's is Theorem 2's γ for K = t/c, CLW's the paper's γ with T = t.
+  Theorem 2's γ and normaliser g(K) are tuned for its worst case: its bound 3g(K)·sqrt(NK·ln N) + 2dK
+  exceeds T unless T is far beyond d³ (for N = 9 and d = 10, at every T ≤ 10⁵), and with x = Z'/g(K), at
+  most the conversion rate, ARS-EXP3 played as uniform play does for 200,000 decisions (docs/algorithms/
+  wang.md). x measures a segment in the rate's own scale; it grows with r, and b does not depend on the
+  arm drawn, so the arm with the higher rate gains more weight in expectation, as in EXP3. The doubling
+  restarts (footnote 3) threw away what each epoch had learned. Rounds of c·⌈√k⌉ slots are only about 24
+  draws in W1's 200,000 decisions: a γ computed from the draws stays near 0.4 (40 % uniform play), one
+  from the slots falls to 0.17. η = 3 did at least as well as 0.3, 1 and 6 in our simulations of it.
 - CLW's d̂: a heavy-tailed delay has no bound, and the bound of a bounded one can be days. A slot ends a
   block with probability q(1 − q)^(2d̂ − 1) ≈ 1/(2e·d̂), so blocks last about 2e·d̂ slots; d̂ = the declared
   delay's median in slots over e makes a typical block two median delays long, so that a play's reward
@@ -95,6 +97,11 @@ def with_default(params: Mapping[str, Any], name: str, slots: float | None) -> d
     if filled.get(name) is None and slots is not None:
         filled[name] = max(1, math.ceil(slots))
     return filled
+
+
+def exp3_gamma(arms: int, rounds: float) -> float:
+    """Theorem 2's γ = min(1, sqrt(N·ln N / ((e − 1)·K))) for K rounds (1 for a single arm)."""
+    return min(1.0, math.sqrt(arms * math.log(arms) / ((math.e - 1.0) * rounds))) if arms > 1 else 1.0
 
 
 def relative_reward(rate: float, baseline: float) -> float:
@@ -206,12 +213,9 @@ class Exp3Schedule(SchedulePolicy):
     def feedback_value(self, item: Observed) -> float:
         """The paper's x in [0, 1] fed to the update for a completed counted segment."""
 
-    def anytime_gamma(self, drawn: int) -> float:
-        """γ_k after ``drawn`` segments, or the ``gamma`` param when set."""
-        if self._params["gamma"]:
-            return self._params["gamma"]
-        arms = self.n_arms
-        return min(1.0, math.sqrt(arms * math.log(arms) / ((math.e - 1.0) * drawn))) if arms > 1 else 1.0
+    @abstractmethod
+    def anytime_gamma(self, state: State) -> float:
+        """γ for the slots played so far (``eta`` > 0), or the ``gamma`` param when set."""
 
     def fresh(self, epoch: int) -> State:
         return {"epoch": epoch, "round": 1, "closed": 0, "log_weights": [0.0] * self.n_arms}
@@ -239,9 +243,11 @@ class Exp3Schedule(SchedulePolicy):
 
     def learn_relative(self, state: State, closed: Sequence[Observed]) -> State:
         """η·x/p for each completed counted segment, x its reward per slot relative to the rate of the
-        counted segments completed before it (``seen``: their reward and slots, every arm together)."""
+        counted segments completed before it (``seen``: their reward and slots, every arm together);
+        ``played``: the slots of every completed segment."""
         log_weights = np.array(state["log_weights"])
         reward, slots = state.get("seen", (0.0, 0))
+        played = state.get("played", 0) + sum(item.slots for item in closed)
         for item in closed:
             if not item.segment.counted or item.slots <= 0:
                 continue
@@ -250,7 +256,7 @@ class Exp3Schedule(SchedulePolicy):
             x = relative_reward(observed / item.slots, baseline)
             log_weights[item.segment.arm] += self._params["eta"] * x / item.segment.propensity
             reward, slots = reward + observed, slots + item.slots
-        return {**state, "log_weights": log_weights.tolist(), "seen": [reward, slots]}
+        return {**state, "log_weights": log_weights.tolist(), "seen": [reward, slots], "played": played}
 
     def draw(self, state: State, rng: np.random.Generator) -> tuple[int, float]:
         """The arm of the next segment and its probability; with ``eta`` > 0 the first N segments play
@@ -258,7 +264,7 @@ class Exp3Schedule(SchedulePolicy):
         if self._params["eta"] and state["round"] <= self.n_arms:
             return state["round"] - 1, 1.0
         if self._params["eta"]:
-            gamma, scale = self.anytime_gamma(state["round"]), 1.0
+            gamma, scale = self.anytime_gamma(state), 1.0
         else:
             horizon = self.epoch_horizon(state["epoch"])
             gamma, scale = self.gamma(horizon), self.scale(horizon)
@@ -288,15 +294,21 @@ class ArsExp3(Exp3Schedule):
     ) -> dict[str, Any]:
         return with_default(params, "round_unit", declared_delay(delays, per_slot, 0.5))
 
+    def anytime_gamma(self, state: State) -> float:
+        """Theorem 2's γ for K = the rounds of one unit (c slots) played so far, at least the rounds drawn:
+        exploration fades with the time played, not with the few dozen draws of a day (module docstring)."""
+        if self._params["gamma"]:
+            return self._params["gamma"]
+        return exp3_gamma(
+            self.n_arms, max(float(state["round"]), state.get("played", 0) / self._int_param("round_unit"))
+        )
+
     def rounds(self, horizon: int) -> int:
         """K: the complete rounds in ``horizon`` slots."""
         return max(1, complete_rounds(self._params["beta"], horizon // self._int_param("round_unit")))
 
     def gamma(self, horizon: int) -> float:
-        if self._params["gamma"]:
-            return self._params["gamma"]
-        arms = self.n_arms
-        return min(1.0, math.sqrt(arms * math.log(arms) / ((math.e - 1.0) * self.rounds(horizon)))) if arms > 1 else 1.0
+        return self._params["gamma"] or exp3_gamma(self.n_arms, self.rounds(horizon))
 
     def scale(self, horizon: int) -> float:
         return float(self._int_param("round_unit") * math.ceil(self.rounds(horizon) ** self._params["beta"]))
@@ -360,6 +372,10 @@ class Clw(Exp3Schedule):
             return self._params["gamma"]
         d, arms = self.window, self.n_arms
         return min(1.0, math.sqrt(2.0 * d * arms * math.log(arms) / (horizon + d))) if arms > 1 else 1.0
+
+    def anytime_gamma(self, state: State) -> float:
+        """The paper's γ with T = the slots played so far."""
+        return self.gamma(max(1, state.get("played", 0)))
 
     def feedback_value(self, item: Observed) -> float:
         return min(item.reward / self._params["reward_cap"] / (2.0 * self.window), 1.0)
