@@ -283,3 +283,18 @@ def test_clw_plans_a_block_for_a_bound_of_millions_of_slots() -> None:
         plan = policy.plan(plan.state, [], [], generator)
         assert sum(segment.slots for segment in plan.segments) >= 2 * window
         assert plan.segments[-1].counted and plan.segments[-1].slots == window
+
+
+def test_ars_ucb_width_uses_a_variance_bound_at_small_rates() -> None:
+    """At 5 % the width uses v = min(1/4, ŝ + sqrt(ln t / N)) = 0.0826 instead of 1/4: u = 0.0764 where
+    the paper's width (``adaptive_width`` 0) gives 0.0960; at ŝ = 0.5 both are the paper's index."""
+    counts = np.array([10_000.0, 30_000.0])
+    log_t = math.log(40_000)
+    variance = 0.05 + math.sqrt(log_t / 10_000)
+    adaptive = make_policy("ars-ucb", {"alpha": 2.0}, 2).upper_bounds(counts, counts * 0.05)
+    paper = make_policy("ars-ucb", {"alpha": 2.0, "adaptive_width": 0}, 2).upper_bounds(counts, counts * 0.05)
+    assert adaptive[0] == pytest.approx(0.05 + math.sqrt(4 * variance * 2.0 * log_t / 10_000), rel=1e-12)
+    assert paper[0] == pytest.approx(0.05 + math.sqrt(2.0 * log_t / 10_000), rel=1e-12)
+    assert (adaptive[0], paper[0]) == pytest.approx((0.0764, 0.0960), abs=1e-4)
+    halves = [make_policy("ars-ucb", {"adaptive_width": w}, 2).upper_bounds(counts, counts * 0.5) for w in (0, 1)]
+    assert halves[0] == pytest.approx(halves[1], rel=1e-15)
