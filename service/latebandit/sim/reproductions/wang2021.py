@@ -42,15 +42,15 @@ TAIL = 1e-6
 POLYNOMIAL_TRUNCATION = 300
 DEFAULT = "ars-ucb α=4 k²"  # the paper's recommended setting
 ARS_UCB = {DEFAULT: (4.0, 2), "ars-ucb α=4 k³": (4.0, 3), "ars-ucb α=9 k²": (9.0, 2)}
-# The papers' algorithms, not the service's defaults (policies/wang.py): rounds from 1 slot, the worst-case
-# UCB width, EXP3's own update.
-PAPER_UCB = {"round_unit": 1, "adaptive_width": 0}
+# The paper's algorithms, not the service's defaults (policies/wang.py): rounds from 1 slot, α = 4 and the
+# worst-case UCB width, EXP3's own update.
+PAPER_UCB = {"alpha": 4.0, "round_unit": 1, "adaptive_width": 0}
 PAPER_EXP3 = {"round_unit": 1, "eta": 0}
 
 
 def ars_ucb_policies(labels: Sequence[str] = tuple(ARS_UCB)) -> list[dict[str, Any]]:
     return [{"name": "ars-ucb", "label": label,
-             "params": {"alpha": ARS_UCB[label][0], "power": ARS_UCB[label][1], **PAPER_UCB}}
+             "params": {**PAPER_UCB, "alpha": ARS_UCB[label][0], "power": ARS_UCB[label][1]}}
             for label in labels]  # fmt: skip
 
 
