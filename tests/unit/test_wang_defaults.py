@@ -14,7 +14,7 @@ from latebandit.policies.wang import Clw, declared_delay, delay_quantile
 from latebandit.sim.runner import simulate
 from latebandit.sim.scenario import scenario_from_mapping
 
-ARMS = [0.05, 0.04, 0.03, 0.02]
+ARMS = [0.02, 0.03, 0.04, 0.05]  # the best last: the first rounds play the worst arms
 HORIZON = 200_000
 UNIFORM = HORIZON * (max(ARMS) - sum(ARMS) / len(ARMS))  # 3,000: uniform play's expected regret
 
