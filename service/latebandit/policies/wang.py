@@ -29,7 +29,8 @@ and the reproductions use them:
   arms; with v_i = 1/4 it is the paper's width. Theorem 1 takes α > 4 to absorb its bias terms d1·K_i/N_i,
   which rounds of the median delay shrink by c; α = 2 is UCB1's confidence level, t⁻⁴ (Remark 1: a
   smaller α helps when d1 and d2 are small). Simulating the example world of docs/algorithms/wang.md
-  (2 seeds of 16 runs), the regret went from about 1,550 with α = 4 to about 970.
+  with the best arm listed first (2 seeds of 16 runs), the regret went from about 1,550 with α = 4 to
+  about 970.
 - ARS-EXP3 and CLW: the update η·x/p with x = (r − b)/max(r, b) in [−1, 1], r the segment's reward per
   slot and b the rate of every counted segment completed before it, in one epoch (no restarts) whose γ
   follows the slots t played: ARS-EXP3's is Theorem 2's γ for K = t/c, CLW's the paper's γ with T = t.
