@@ -50,9 +50,10 @@ def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_p
             raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
         params["arm"] = arms.index(params["arm"])
     cls = POLICIES[spec.name]
-    if issubclass(cls, SchedulePolicy):
-        params = with_delay_facts(spec.name, cls.PARAMS, params, delay, seconds_per_slot)
     delays = () if delay.family == "unknown" else (delay,) * len(arms)
+    if issubclass(cls, SchedulePolicy):
+        params = cls.declared_defaults(params, delays, seconds_per_slot)
+        params = with_delay_facts(spec.name, cls.PARAMS, params, delay, seconds_per_slot)
     return make_policy(spec.name, params, len(arms), Setting(None, delays, seconds=True))
 
 

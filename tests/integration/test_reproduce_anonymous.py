@@ -18,6 +18,7 @@ from latebandit.policies import SchedulePolicy
 from latebandit.sim.environment import Environment, policy_generator
 from latebandit.sim.players import SchedulePlayer
 from latebandit.sim.reproductions.pikeburke2018 import uniform_steps
+from latebandit.sim.reproductions.wang2021 import PAPER_UCB
 from latebandit.sim.runner import mean_and_error, run_policy, simulate
 from latebandit.sim.scenario import Scenario, scenario_from_mapping
 
@@ -158,7 +159,8 @@ def test_ars_ucb_beats_odaaf_on_random_and_composite_delays() -> None:
         ),
     ]
     for extra, baseline in cases:
-        ars, other = simulate(scenario_from_mapping(base | extra | {"policies": [{"name": "ars-ucb"}, baseline]}))
+        policies = [{"name": "ars-ucb", "params": PAPER_UCB}, baseline]
+        ars, other = simulate(scenario_from_mapping(base | extra | {"policies": policies}))
         mean, se = mean_and_error(other.final - ars.final)
         assert mean > 5 * se and (other.final > ars.final).all(), (baseline, mean, se)
 

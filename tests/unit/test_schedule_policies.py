@@ -176,7 +176,7 @@ def test_exp3_probabilities_worked_example() -> None:
 
 
 def test_ars_exp3_update_follows_the_worked_example() -> None:
-    policy = make_policy("ars-exp3", {"gamma": 0.1, "horizon": 10**6}, 3)
+    policy = make_policy("ars-exp3", {"gamma": 0.1, "horizon": 10**6, "eta": 0}, 3)
     state = {**policy.fresh(0), "log_weights": [1.0, 1.0, 1.0]}
     round_one = policy.plan(state, [], [], rng()).segments[0]
     segment = type(round_one)(0, 4, True, 1 / 3, kind="round")
@@ -199,7 +199,7 @@ def test_ars_exp3_horizon_constants(horizon: int, rounds: int, total: int, gamma
 
 
 def test_ars_exp3_rounds_grow_and_cover_the_horizon() -> None:
-    policy = make_policy("ars-exp3", {"horizon": 10_000}, 9)
+    policy = make_policy("ars-exp3", {"horizon": 10_000, "eta": 0}, 9)
     plan, sizes = policy.plan(None, [], [], rng()), []
     while sum(sizes) < 10_000:
         sizes.append(plan.segments[0].slots)
@@ -230,7 +230,7 @@ def test_clw_gamma(window: int, gamma: float) -> None:
 
 
 def test_clw_feeds_the_tail_sum_over_two_d() -> None:
-    policy = make_policy("clw", {"max_delay": 10, "gamma": 0.1, "horizon": 10**6}, 2)
+    policy = make_policy("clw", {"max_delay": 10, "gamma": 0.1, "horizon": 10**6, "eta": 0}, 2)
     plan = policy.plan(None, [], [], rng())
     tail = plan.segments[-1]
     state = policy.plan(plan.state, [Observed(tail, 10, 5.0)], [], rng()).state
@@ -270,3 +270,31 @@ def test_noise_free_regret_of_the_reference_setting(name: str, params: dict, reg
         plan = policy.plan(plan.state, observed, [], rng())
     assert plan.state["active"] == [1] and plan.state["m"] == 5 and played < horizon
     assert 0.1 * bad_plays == pytest.approx(regret, abs=1e-9)
+
+
+def test_clw_plans_a_block_for_a_bound_of_millions_of_slots() -> None:
+    """A bound of 3.6M slots (a heavy-tailed delay at a high rate): 2d̂ dwarfs any chunk of coins, so the
+    first draws may hold no coin 1 at all; the plan must still come, with its block at least 2d̂ long."""
+    window = 3_600_000
+    policy = make_policy("clw", {"max_delay": window}, 4)
+    for seed in range(3):
+        generator = np.random.default_rng(seed)
+        plan = policy.plan(None, [], [], generator)
+        plan = policy.plan(plan.state, [], [], generator)
+        assert sum(segment.slots for segment in plan.segments) >= 2 * window
+        assert plan.segments[-1].counted and plan.segments[-1].slots == window
+
+
+def test_ars_ucb_width_uses_a_variance_bound_at_small_rates() -> None:
+    """At 5 % the width uses v = min(1/4, ŝ + sqrt(ln t / N)) = 0.0826 instead of 1/4: u = 0.0764 where
+    the paper's width (``adaptive_width`` 0) gives 0.0960; at ŝ = 0.5 both are the paper's index."""
+    counts = np.array([10_000.0, 30_000.0])
+    log_t = math.log(40_000)
+    variance = 0.05 + math.sqrt(log_t / 10_000)
+    adaptive = make_policy("ars-ucb", {"alpha": 2.0}, 2).upper_bounds(counts, counts * 0.05)
+    paper = make_policy("ars-ucb", {"alpha": 2.0, "adaptive_width": 0}, 2).upper_bounds(counts, counts * 0.05)
+    assert adaptive[0] == pytest.approx(0.05 + math.sqrt(4 * variance * 2.0 * log_t / 10_000), rel=1e-12)
+    assert paper[0] == pytest.approx(0.05 + math.sqrt(2.0 * log_t / 10_000), rel=1e-12)
+    assert (adaptive[0], paper[0]) == pytest.approx((0.0764, 0.0960), abs=1e-4)
+    halves = [make_policy("ars-ucb", {"adaptive_width": w}, 2).upper_bounds(counts, counts * 0.5) for w in (0, 1)]
+    assert halves[0] == pytest.approx(halves[1], rel=1e-15)

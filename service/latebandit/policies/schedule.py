@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from latebandit.delays.models import DelayModel
 from latebandit.policies.base import ArmStats, Choice, Param, Policy
 
 State = dict[str, Any]  # JSON-serialisable: it is stored in Redis and in the audit log
@@ -116,6 +117,14 @@ class SchedulePolicy(Policy):
         "reward_cap": Param(float, 1.0, 1e-12),
         "first_epoch": Param(int, 1024, 16),
     }
+
+    @classmethod
+    def declared_defaults(
+        cls, params: Mapping[str, Any], delays: Sequence[DelayModel], per_slot: float | None
+    ) -> dict[str, Any]:
+        """``params`` with the defaults this policy derives from the declared delay model of each arm
+        (``per_slot`` model units make one slot; None when slots have no fixed length): none here."""
+        return dict(params)
 
     @abstractmethod
     def plan(

@@ -236,7 +236,7 @@ def scenario_policy(name: object, params: Mapping[str, Any], delays: Sequence[De
     setting = Setting(horizon, tuple(delays), seconds=False)
     if cls is None or not issubclass(cls, SchedulePolicy):
         return make_policy(name, params, len(delays), setting)
-    filled = {"horizon": horizon, **params}
+    filled = cls.declared_defaults({"horizon": horizon, **params}, delays, 1.0)
     for param, fact in FACT_PARAMS.items():
         largest = max(delay_fact(model, fact) for model in delays)
         if param in cls.PARAMS and filled.get(param) is None and math.isfinite(largest):

@@ -42,10 +42,15 @@ TAIL = 1e-6
 POLYNOMIAL_TRUNCATION = 300
 DEFAULT = "ars-ucb α=4 k²"  # the paper's recommended setting
 ARS_UCB = {DEFAULT: (4.0, 2), "ars-ucb α=4 k³": (4.0, 3), "ars-ucb α=9 k²": (9.0, 2)}
+# The paper's algorithms, not the service's defaults (policies/wang.py): rounds from 1 slot, α = 4 and the
+# worst-case UCB width, EXP3's own update.
+PAPER_UCB = {"alpha": 4.0, "round_unit": 1, "adaptive_width": 0}
+PAPER_EXP3 = {"round_unit": 1, "eta": 0}
 
 
 def ars_ucb_policies(labels: Sequence[str] = tuple(ARS_UCB)) -> list[dict[str, Any]]:
-    return [{"name": "ars-ucb", "label": label, "params": {"alpha": ARS_UCB[label][0], "power": ARS_UCB[label][1]}}
+    return [{"name": "ars-ucb", "label": label,
+             "params": {**PAPER_UCB, "alpha": ARS_UCB[label][0], "power": ARS_UCB[label][1]}}
             for label in labels]  # fmt: skip
 
 
@@ -205,8 +210,8 @@ CLW_BOUNDS = {"clw d": FIG5_WINDOW, "clw 0.9d": round(0.9 * FIG5_WINDOW), "clw 1
 
 
 def _fig5_panels(runs: int) -> list[Panel]:
-    policies = [{"name": "ars-exp3", "label": "ars-exp3"}] + [
-        {"name": "clw", "label": label, "params": {"max_delay": bound}} for label, bound in CLW_BOUNDS.items()
+    policies = [{"name": "ars-exp3", "label": "ars-exp3", "params": PAPER_EXP3}] + [
+        {"name": "clw", "label": label, "params": {"max_delay": bound, "eta": 0}} for label, bound in CLW_BOUNDS.items()
     ]
     data = {
         "horizon": FIG5_HORIZON,
