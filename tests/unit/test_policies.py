@@ -1,6 +1,6 @@
 """The policies against a deliberately slow reference written here from the specs (plain Python loops,
 the math module, bisection), plus tie-breaking, forced exploration, batch/one-run agreement, purity and
-a Monte Carlo coverage check of the Vernade 2017 indices (vernade2017.md §3.7)."""
+a Monte Carlo coverage check of the Vernade 2017 indices (Vernade et al. 2017)."""
 
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def test_reference_values_from_peer_implementations() -> None:
 
 
 def test_banditlab_delayed_ucb_values() -> None:
-    """banditlab's VernadeDelayedUCB values for the stats of peer-implementations.md §2.3 (β = log 101)."""
+    """banditlab's VernadeDelayedUCB values for a fixed set of stats (β = log 101)."""
     data = one_run([13, 6], [5, 3], [11.6580, 4.7613], 101)
     ours = make_policy("delayed-ucb", {}, 2).index(data)[0]
     np.testing.assert_allclose(ours, [0.898703, 1.411575], atol=5e-5)  # Ñ is printed to 4 decimals

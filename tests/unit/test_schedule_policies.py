@@ -1,5 +1,5 @@
 """The planning policies of Pike-Burke 2018 and Wang 2021 against the worked values of the specs
-(pikeburke2018.md §7, wang2021.md §7.1), computed there by independent scripts."""
+(Pike-Burke et al. 2018, Wang et al. 2021), computed by independent scripts."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_qpm_d_plays_ucb1_on_resolved_pulls() -> None:
 
 @pytest.mark.parametrize(("name", "params", "regret"), [("odaaf", {}, 2157.4), ("odaaf-b", {"max_delay": 20}, 1591.2)])
 def test_noise_free_regret_of_the_reference_setting(name: str, params: dict, regret: float) -> None:
-    """pikeburke2018.md §5/§7.10: K = 2, means 0.5 / 0.6, T = 250,000, E[τ] = 10. With exact means the 0.5
+    """Pike-Burke et al. 2018, §5: K = 2, means 0.5 / 0.6, T = 250,000, E[τ] = 10. With exact means the 0.5
     arm is eliminated at the end of phase 4 (2^−4 < 0.1), so the regret is 0.1 × its plays: 0.1·N_4 =
     2157.4 for ODAAF; ODAAF-B's bridges play the leader, so 0.1·N_4^B = 1591.2 (the spec's sim.py)."""
     horizon = 250_000

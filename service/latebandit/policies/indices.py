@@ -1,4 +1,4 @@
-"""Vectorised divergences and KL-UCB index solvers (vernade2017.md §2.4, §3.5).
+"""Vectorised divergences and KL-UCB index solvers (Vernade et al. 2017; docs/algorithms/vernade.md).
 
 Every function works elementwise on broadcastable arrays, so one call serves K arms of one campaign or
 K arms of thousands of simulated runs.

@@ -1,5 +1,5 @@
 """ODAAF, ODAAF-B and ODAAF-V of Pike-Burke, Agrawal, Szepesvári & Grünewälder (ICML 2018), as
-pikeburke2018.md §2: Improved-UCB in phases, each active arm played in one contiguous block per phase,
+their Algorithm 1: Improved-UCB in phases, each active arm played in one contiguous block per phase,
 elimination on the anonymous sums observed during an arm's own blocks (cumulative over phases).
 
 Phase m has tolerance Δ̃_m = 2^−m; every active arm reaches N_m = ⌈n_m⌉ credited slots (Q1), ν_m = N_m −

@@ -1,4 +1,4 @@
-"""DelayedUCB and DelayedKLUCB of Vernade, Cappé & Perchet (UAI 2017), as vernade2017.md §2.3–2.5.
+"""DelayedUCB and DelayedKLUCB of Vernade, Cappé & Perchet (UAI 2017), Algorithm 1 (docs/algorithms/vernade.md).
 
 The caller supplies Ñ = Σ τ(min(age, m)) under the §1.5 age convention and S censored at the window;
 these policies only turn (N, S, Ñ, t) into indices. θ̂ = S/Ñ is deliberately not capped (it is

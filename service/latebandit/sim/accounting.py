@@ -1,6 +1,6 @@
 """The delay-corrected count Ñ_k = Σ_{pulls i of k} τ_k(min(age_i, m)) in rounds, exactly, for R runs.
 
-Age convention of vernade2017.md §1.5: at the decision of round n, the pull of round s has age n − 1 − s.
+Age convention of docs/reference/scenarios.md: at the decision of round n, the pull of round s has age n − 1 − s.
 Two exact paths, both O(1) in the number of past pulls per round:
 
 - ``DecayedSums`` when τ(a) = 1 − Σ_j c_j·ρ_j^a at every integer age a >= 0: geometric delays

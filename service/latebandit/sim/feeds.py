@@ -1,7 +1,7 @@
 """What each simulated policy is shown: the (N, S, Ñ, t) statistics of ArmStats, built per round.
 
 The policies are the service's own objects (service/latebandit/policies); a feed only decides which counts they
-receive, which is how the simulator runs the baselines and variants of vernade2017.md without copying
+receive, which is how the simulator runs the baselines and variants of Vernade et al. 2017 without copying
 any index code:
 
 - ``naive``: N and S (delay-naive reading: a pending pull looks like a failure), Ñ = N;
@@ -13,7 +13,7 @@ any index code:
 - ``plugin`` (§2.7, App. D): Ñ from a delay CDF estimated online from the delays seen so far — the
   censored histogram τ̂_s = δ_s/n_d, or, without a window, the geometric μ̂ of stochastic approximation.
   Before the first observed delay the plug-in assumes none (τ̂ ≡ 1, Ñ = N) [ours: App. D gives no start].
-- ``resolution`` (QPM-D, pikeburke2018.md §3): N and S with ``pending``, the pulls whose outcome has not
+- ``resolution`` (QPM-D, Joulani et al. 2013): N and S with ``pending``, the pulls whose outcome has not
   been resolved. In the paper's model every reward, zeros included, reports after its delay, so a pull
   resolves at the end of round s + ⌈D⌉; with a window m, at s + ⌈min(D, m)⌉ (a conversion arrives by
   then or never counts). Resolved pulls are usable from the next decision, like conversions.

