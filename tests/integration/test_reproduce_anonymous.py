@@ -1,6 +1,6 @@
 """Pike-Burke 2018 and Wang 2021 in the simulator at a reduced size: ODAAF's schedule against an independent
 script, the orderings the papers state (Pike-Burke et al. 2018, §5; Wang et al. 2021, §4), and
-QPM-D against an independent implementation of the queue-based original (§3)."""
+QPM-D against an independent implementation of the queue-based original (Joulani et al. 2013)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def scenario_policy_object(scenario: Scenario) -> SchedulePolicy:
 
 
 def test_odaaf_switches_arms_at_the_same_rounds_in_every_run() -> None:
-    """§5 (ii): the schedule is deterministic given the active set. With T = 50,000 and E[τ] = 10 the reference
-    odaaf_ref.py gives N_m = 594, 2002, 6169, 18016: blocks of ν_m = 594, 1408, 4167, 11847 per arm; every
+    """§5 (ii): the schedule is deterministic given the active set. With T = 50,000 and E[τ] = 10 the independent
+    script gives N_m = 594, 2002, 6169, 18016: blocks of ν_m = 594, 1408, 4167, 11847 per arm; every
     run then eliminates the 0.5 arm after phase 4 (round 36,032) and plays the 0.6 arm to the end."""
     arms = arms_played(reference_setting(["odaaf"], UNIFORM_0_20, runs=6))
     assert (arms == arms[:, :1]).all()  # identical in every run
@@ -86,7 +86,7 @@ def test_regret_orderings_of_the_odaaf_variants() -> None:
 
 def test_odaaf_regret_grows_linearly_in_the_mean_delay() -> None:
     """§5 (v) / App. F for ODAAF: every run eliminates after phase 4, so the regret is 0.1·N_4(E), which
-    odaaf_ref.py puts at 1478.2, 1801.6, 2401.0 for E = 5, 10, 20 (on a line within 2 % of the rise)."""
+    independent script puts at 1478.2, 1801.6, 2401.0 for E = 5, 10, 20 (on a line within 2 % of the rise)."""
     finals = [
         simulate(reference_setting(["odaaf"], uniform_steps(0, 2 * mean), runs=3))[0].final for mean in (5, 10, 20)
     ]

@@ -140,7 +140,7 @@ def test_bernoulli_index_matches_brentq(p: float, c: float) -> None:
     assert ours == pytest.approx(root, rel=1e-9)
 
 
-# --- edge cases, in the order of §3.5 --------------------------------------------------------------
+# --- edge cases, in the order of the solver --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_exploration_level() -> None:
     assert exploration(0, 0.0) == 0.0  # floored, never −inf
 
 
-# --- properties of §3.7 -------------------------------------------------------------------------------
+# --- properties the policies rely on -------------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
@@ -215,9 +215,9 @@ def test_index_is_the_root_inside_the_bracket(p: float, c: float) -> None:
 @settings(max_examples=200, deadline=None)
 @given(conversions=COUNT, effective=EFFECTIVE, beta=BETA, scale=st.floats(min_value=0.05, max_value=20.0))
 def test_scale_equivariance(conversions: int, effective: float, beta: float, scale: float) -> None:
-    """Weights rescaled by 1/c: Ñ' = Ñ/c, θ̂' = c·θ̂, and the index becomes c·U with the cap at c (§2.7).
+    """Weights rescaled by 1/c: Ñ' = Ñ/c, θ̂' = c·θ̂, and the index becomes c·U with the cap at c.
 
-    §3.7 words the cap as 1/c; the derivation in §2.7 (θ' = τ_m·θ <= τ_m = c) puts it at c, which is
+    One may word the cap as 1/c; the derivation (θ' = τ_m·θ <= τ_m = c) puts it at c, which is
     what the identity d_Pois(c·p, c·q) = c·d_Pois(p, q) gives.
     """
     rescaled = klucb_poisson(conversions / (effective / scale), beta / (effective / scale), upper=scale)

@@ -172,7 +172,7 @@ def test_choice_matches_reference_tie_rule(name: str) -> None:
 
 
 def test_reference_values_from_peer_implementations() -> None:
-    """SMPyBandits UCB and klUCB on t = 100, pulls (10, 30, 60), rewards (4, 15, 33) (§1.5 there)."""
+    """SMPyBandits UCB and klUCB on t = 100, pulls (10, 30, 60), rewards (4, 15, 33)."""
     data = one_run([10, 30, 60], [4, 15, 33], [10, 30, 60], 100)
     ucb = make_policy("ucb1", {}, 3).index(data)[0]
     np.testing.assert_allclose(ucb, [1.359705, 1.054086, 0.941798], atol=5e-7)
@@ -435,7 +435,7 @@ def test_arm_stats_shapes_are_checked() -> None:
         ArmStats(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3)), np.ones(3))
 
 
-# --- coverage (§3.7) ------------------------------------------------------------------------------------
+# --- coverage ------------------------------------------------------------------------------------
 
 
 def violation_rate(name: str, theta: float, weights: np.ndarray, t: int, reps: int, rng: np.random.Generator) -> float:

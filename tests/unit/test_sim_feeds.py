@@ -1,4 +1,4 @@
-"""The statistics feeds against brute force over the pull records: Discarding's matured counts (§2.6) and
+"""The statistics feeds against brute force over the pull records: Discarding's matured counts and
 the plug-in Ñ of App. D (censored histogram; uncensored stochastic approximation), and the pulls QPM-D
 sees as pending."""
 

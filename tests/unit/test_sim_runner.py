@@ -1,5 +1,5 @@
 """The vectorised runner against a plain one-run loop (brute-force Ñ and S from the pull records, one
-policy call per run with a (1, K) batch), determinism under a seed, the §4.5 identity of censored and
+policy call per run with a (1, K) batch), determinism under a seed, the identity of censored and
 uncensored runs before round m, and the --json shape of docs/reference/scenarios.md."""
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class Exponential(DelayModel):
 
 @dataclass(frozen=True)
 class Geometric(DelayModel):
-    """Support 0, 1, 2, …: P(D <= d) = 1 − (1−p)^(⌊d⌋+1), i.e. numpy's geometric(p) − 1 (§2.8)."""
+    """Support 0, 1, 2, …: P(D <= d) = 1 − (1−p)^(⌊d⌋+1), i.e. numpy's geometric(p) − 1 (Vernade et al. 2017, §7)."""
 
     family: ClassVar[str] = "geometric"
     fields: ClassVar[tuple[str, ...]] = ("p",)

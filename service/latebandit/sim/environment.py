@@ -6,7 +6,7 @@ Beta(2θ, 2(1−θ)) for ``bounded``) and a delay D ≥ 0 in rounds from the arm
 with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
 D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
 rounds s + ⌈D⌉ + j, j < spread (or the fraction w_j of X when ``spread`` lists the parts: a reward shape
-of Wang 2021 §5.1); a part later than the window (D + j > m) is lost.
+of Wang et al. 2021, Figs. 2–4); a part later than the window (D + j > m) is lost.
 
 Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
 the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet

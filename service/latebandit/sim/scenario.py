@@ -296,7 +296,7 @@ def _prior_parameter(value: object, key: str) -> float:
 
 def _spread(value: object) -> tuple[float, ...]:
     """An integer n (equal parts over n rounds) or the list of the parts' fractions, summing to 1 (a shape
-    of Wang 2021 §5.1, e.g. linearly decreasing; an infinite shape is given truncated)."""
+    of Wang et al. 2021, Figs. 2–4, e.g. linearly decreasing; an infinite shape is given truncated)."""
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
         count = _integer(value, "spread", 1)
         return (1.0 / count,) * count

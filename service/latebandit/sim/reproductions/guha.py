@@ -99,7 +99,7 @@ def _regret_panels(runs: int) -> list[Panel]:
 def _regret_checks(results: Results) -> list[Check]:
     """The paper claims no regret and no comparison with Thompson sampling or KL-UCB: only a constant fraction
     of the Bayes-optimal reward (Theorems 2 and 3), which guha-lp-gap checks. This experiment is our own
-    proposal (§4.2 [ours]), whose expected shape is "about Thompson sampling at δ = 0, better as δ/T grows".
+    proposal, whose expected shape is "about Thompson sampling at δ = 0, better as δ/T grows".
     What holds at defaults (1,000 runs, T = 100): with posterior order (priority 1) the policy is never above
     delay-naive Thompson sampling, the natural baseline, in any panel, and that is what is checked. The LP's
     fixed priority order (the default, as the rounding's analysis orders arms) costs 0.5 to 1.3 regret on two

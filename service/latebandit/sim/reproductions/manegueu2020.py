@@ -11,10 +11,10 @@ re-simulation made from the paper ("the reference"). Our conventions, where they
   reference's sampler, and P(D > m) = 0.7·(m/2)^−0.3·2^−0.3 (the reference: 0.7·(1 + m)^−0.3), one round apart again.
 - D-UCB's plug-in τ: the simulator's DelayedUCB feed uses each arm's true CDF, which would correct exactly the
   arm-dependence the paper exposes. The paper gives both arms τ = Pareto(0.7); a τ shared by the arms only
-  rescales them together (§2.6), so we feed τ ≡ 1 inside the window (label "τ̂≡1"): the same limit arm,
+  rescales them together, so we feed τ ≡ 1 inside the window (label "τ̂≡1"): the same limit arm,
   argmax μ_k·τ_k(m), and a Hoeffding width sqrt(β/(2N)) instead of sqrt(Nβ/2)/Ñ.
 - PB uses the paper's term 2·N^−min(α,1/2) and L = log(2K·T³) with the horizon T (age_aware 0); "pb-age"
-  is the age-aware extension (§2.7 b) with ψ(a) = min(1, a^−α) in rounds.
+  is our age-aware extension with ψ(a) = min(1, a^−α) in rounds.
 - Fewer runs than the paper by default, to keep each reproduction near a minute on two shared cores; the
   setting line says how many, and --runs restores the paper's.
 """
@@ -134,7 +134,7 @@ FIG2 = Reproduction(
 FIG3_T = 3000
 FIG3_GAPS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6)
 FIG3_TAILS = (0.2, 0.3, 0.5, 0.8)
-FIG3_REFERENCE = {  # §4.4, R_T by Δ (rows) and α₂ (columns 0.2, 0.3, 0.5, 0.8)
+FIG3_REFERENCE = {  # the reference: R_T by Δ (rows) and α₂ (columns 0.2, 0.3, 0.5, 0.8)
     0.02: (36.5, 33.1, 29.6, 27.8),
     0.05: (87.7, 76.8, 64.3, 59.8),
     0.1: (160.8, 132.7, 102.0, 94.5),

@@ -8,7 +8,7 @@ after its delay). All policies meet the same world (common random numbers), so d
 
 The references are the paper's n_m formulas evaluated by an independent script (not our code) at our
 horizon: with no noise ODAAF eliminates the 0.6-arm's rival at the end of phase 4 (2^−4 < 0.1), so its
-regret is 0.1·N_4 exactly (§7.10).
+regret is 0.1·N_4 exactly.
 """
 
 from __future__ import annotations
