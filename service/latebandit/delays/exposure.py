@@ -57,7 +57,7 @@ def window_tail_weight(
     campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int, envelope: Envelope
 ) -> np.ndarray:
     """W_k >= Σ_{pulls of k younger than the window} ψ(age): each cell at its youngest edge, which bounds every
-    pull in it for a non-increasing ψ (docs/design-notes.md). Matured cells weigh 0 (§3.5); the cell
+    pull in it for a non-increasing ψ (docs/design-notes.md). Matured cells weigh 0; the cell
     straddling the window edge counts whole, which only widens the bound."""
     youngest = (now - (hist.bucket + 1) * campaign.bucket_width_us) / MICROS
     weight = np.where(matured, 0.0, hist.count * envelope.weights(youngest[None, :])[0])
