@@ -153,7 +153,7 @@ def test_a_prior_draws_each_runs_means_and_keeps_arms_as_the_prior_mean() -> Non
 
 
 def test_composite_spread_lists_round_trip_and_an_integer_is_equal_parts() -> None:
-    """A reward shape (Wang 2021 §5.1) is a list of fractions; an integer n is n equal parts."""
+    """A reward shape (Wang et al. 2021, Figs. 2–4) is a list of fractions; an integer n is n equal parts."""
     shaped = scenario_from_mapping(with_(feedback="composite", spread=[0.5, 0.3, 0.2]))
     assert shaped.spread == (0.5, 0.3, 0.2)
     assert scenario_from_mapping(shaped.to_json()) == shaped
