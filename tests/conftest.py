@@ -86,7 +86,7 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
-    """The plain URL (CONTRACT.md form) of a fresh, empty PostgreSQL database, dropped afterwards."""
+    """The plain URL (as LATEBANDIT_DATABASE_URL) of a fresh, empty PostgreSQL database, dropped afterwards."""
     import psycopg
 
     name = f"lbtest_{uuid.uuid4().hex[:12]}"

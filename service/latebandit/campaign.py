@@ -1,6 +1,6 @@
 """A campaign: its arms, policy, delay model and censoring window, validated once at creation.
 
-The body is CONTRACT.md's; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
+The body POST /campaigns takes; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
 divides the window, which bounds the error of the effective count Ñ (see delays/exposure.py).
 """
 

@@ -225,7 +225,7 @@ def replay(
         list[str] | None, typer.Option(help="evaluate this policy off-policy on the log (repeat for several)")
     ] = None,
     params: Annotated[list[str] | None, typer.Option(help="JSON params of each --policy, in the same order")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md estimate JSON here")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the estimate JSON here")] = None,
     plot: Annotated[Path | None, typer.Option(help="plot the estimates over time (.png or .html)")] = None,
     clip: Annotated[float, typer.Option(min=1.0, help="largest importance weight")] = 100.0,
     estimator: Annotated[
@@ -380,8 +380,8 @@ def _require_plots(plot: Path | None) -> None:
 
 @app.command()
 def simulate(
-    scenario: Annotated[Path, typer.Argument(help="scenario file (.json, .yaml), CONTRACT.md format")],
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the CONTRACT.md results JSON here")] = None,
+    scenario: Annotated[Path, typer.Argument(help="scenario file (.json, .yaml), docs/reference/scenarios.md")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results JSON here")] = None,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of the regret curves here")] = None,
     runs: Annotated[int | None, typer.Option(min=1, help="override the scenario's number of runs")] = None,
     seed: Annotated[int | None, typer.Option(min=0, help="override the scenario's seed")] = None,
@@ -423,7 +423,7 @@ def reproduce(
 
 @app.command()
 def plan(
-    campaign: Annotated[Path, typer.Argument(help="a campaign body (JSON, CONTRACT.md) whose policy is guha-bayes")],
+    campaign: Annotated[Path, typer.Argument(help="a campaign body (JSON) whose policy is guha-bayes")],
     json_out: Annotated[Path | None, typer.Option("--json", help="write the measurements as JSON here")] = None,
 ) -> None:
     """Solve a guha-bayes campaign's plan as the service would, and report its cost: seconds, peak memory,

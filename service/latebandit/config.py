@@ -119,7 +119,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def sqlalchemy_url(self) -> str:
-        """The plain URL of CONTRACT.md with the driver the service uses (psycopg 3 for PostgreSQL)."""
+        """The plain URL (docs/reference/cli.md) with the driver the service uses (psycopg 3 for PostgreSQL)."""
         url = revealed(self.database_url) or f"sqlite:///{DEFAULT_SQLITE_FILE}"
         for plain in ("postgresql://", "postgres://"):
             if url.startswith(plain):

@@ -1,4 +1,4 @@
-"""The id pattern of CONTRACT.md for campaigns, arms and events."""
+"""The id pattern (docs/reference/http-api.md) for campaigns, arms and events."""
 
 from __future__ import annotations
 

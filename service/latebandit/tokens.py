@@ -8,7 +8,7 @@ decisions of the same arm in the same microsecond distinct.
 Layout: ``base64url(payload) + "." + base64url(HMAC-SHA256(key, payload)[:16])``, the payload packed
 big-endian: format byte 1, key id (2 bytes), flags (1: fallback), arm index (uint16), decided_at
 (µs, int64), policy version (uint32), nonce (6 bytes), then the campaign id (ASCII, at most 128 bytes).
-So an id is at most 226 characters, within the 256 of CONTRACT.md, which fixes no more than that.
+So an id is at most 226 characters, within the 256 docs/reference/http-api.md promises, which fixes no more than that.
 
 Rotation: the key id names the secret that signed the token (the first two bytes of
 HMAC-SHA256(secret, "latebandit key id"), which tell nothing about the secret), so verification takes

@@ -1,4 +1,4 @@
-"""The regret orderings of Manegueu et al. 2020 (manegueu2020.md §4.3–4.5) in the simulator, on small runs:
+"""The regret orderings of Manegueu et al. 2020 (their §8; docs/reproductions.md) in the simulator, on small runs:
 the same worlds for every policy of a scenario, so differences are paired run by run."""
 
 from __future__ import annotations

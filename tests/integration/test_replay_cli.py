@@ -1,4 +1,4 @@
-"""`latebandit replay LOG --policy ...`: the CONTRACT.md JSON, the report's plot and the CLI's refusals."""
+"""`latebandit replay LOG --policy ...`: its --json document, the report's plot and the CLI's refusals."""
 
 from __future__ import annotations
 

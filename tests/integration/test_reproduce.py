@@ -16,13 +16,13 @@ from latebandit.cli import app
 from latebandit.sim.reproductions import REPRODUCTIONS
 from latebandit.sim.runner import simulate
 from latebandit.sim.scenario import scenario_from_mapping
-from tests.unit.test_sim_scenario import CONTRACT_EXAMPLE
+from tests.unit.test_sim_scenario import DOCUMENTED_EXAMPLE
 
 pytestmark = pytest.mark.slow  # simulations or a build: seconds each
 
-# The CONTRACT.md example, shrunk to run in a moment.
+# The example of docs/reference/scenarios.md, shrunk to run in a moment.
 SCENARIO: dict[str, Any] = {
-    **CONTRACT_EXAMPLE,
+    **DOCUMENTED_EXAMPLE,
     "horizon": 600,
     "runs": 6,
     "window": 200,
@@ -38,7 +38,7 @@ def write(tmp_path: Path, data: Any, name: str = "scenario.yaml") -> Path:
 
 
 def test_klucb_beats_ucb_at_low_rates() -> None:
-    """vernade2017.md §4.6(1), θL at T = 2000 instead of 10^4. Measured over 200 runs (seed 5): d-ucb −
+    """Vernade et al. 2017, Fig. 1 (b), θL at T = 2000 instead of 10^4. Measured over 200 runs (seed 5): d-ucb −
     d-klucb = 30.2 with a per-run standard deviation of 14.4, so with 30 runs the standard error is 2.6 and
     the margin asserted (5 standard errors, from the runs themselves) leaves a wide berth."""
     scenario = scenario_from_mapping(
@@ -137,7 +137,7 @@ def test_reproduce_runs_a_figure_and_reports_references_and_checks(tmp_path: Pat
 
 
 def test_reproduce_guha_lp_gap_and_plan_cost(tmp_path: Path) -> None:
-    """The feasible guha-bayes policy between half the LP bound and OPT at the spec's settings (fixed seed),
+    """The feasible guha-bayes policy between half the LP bound and OPT at small settings (fixed seed),
     and `latebandit plan` reporting a solve's cost."""
     out = tmp_path / "gap.json"
     result = runner.invoke(app, ["reproduce", "guha-lp-gap", "--runs", "400", "--json", str(out)], terminal_width=200)

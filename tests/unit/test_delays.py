@@ -22,7 +22,7 @@ MIXTURE = {
         {"family": "exponential", "mean": 93_600},
         {"family": "exponential", "mean": 1_209_600},
     ],
-}  # vernade2017.md §6.3 fit A (15 min, 26 h, 14 d)
+}  # the Criteo-like fit of docs/reproductions.md (15 min, 26 h, 14 d)
 QUANTILES = [[0.0, 0.1], [2.0, 0.35], [5.5, 0.35], [10.0, 0.8], [40.0, 1.0]]
 SPECS: dict[str, dict[str, Any]] = {
     "exponential": {"family": "exponential", "mean": 3.5},

@@ -1,5 +1,5 @@
-"""guha-bayes: the Block+Stream DP against brute force, the LP against an independent solve and the spec's
-worked values (guha.md §6), and the policy's Bayesian regret against the delay-naive baselines."""
+"""guha-bayes: the Block+Stream DP against brute force, the LP against an independent solve and exact
+worked values (an exact joint DP), and the policy's Bayesian regret against the delay-naive baselines."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_spec_t2_t3_lp_values(horizon: int, delay: int, bound: float) -> None:
 
 
 def lp1_linprog(priors: list[tuple[float, float]], horizon: int) -> float:
-    """The delay-free LP1 in occupancy form (guha.md §2.2), solved by HiGHS: x = P(reach u), y = P(play at u)."""
+    """The delay-free LP1 in occupancy form (Guha et al., §3.1), solved by HiGHS: x = P(reach u), y = P(play at u)."""
     index: dict[tuple[int, int, int, str], int] = {}
     for i in range(len(priors)):
         for d in range(horizon + 1):
@@ -180,7 +180,7 @@ def test_values_fall_and_plays_do_not_grow_with_lambda() -> None:
 
 
 def test_block_stream_lp_bounds() -> None:
-    """LP_BlockStream <= LP1 (delay removes information) and >= the blocks-only LP of the spec (T3)."""
+    """LP_BlockStream <= LP1 (delay removes information) and >= the blocks-only LP of the reference (T3)."""
     for horizon, delay in ((8, 1), (10, 2)):
         delayed = solve_plan([(1, 1), (1, 1)], horizon, delay, horizon).bound
         assert delayed <= solve_plan([(1, 1), (1, 1)], horizon, 0, horizon).bound + 1e-9
@@ -218,7 +218,7 @@ def scenario(horizon: int, delay: int, runs: int) -> dict:
 def test_bayesian_regret_at_least_as_good_as_the_delay_naive_baselines(
     horizon: int, delay: int, strictly: bool
 ) -> None:
-    """Paired over common random numbers (same prior draws and outcomes), 3000 runs. At the spec's T3 setting
+    """Paired over common random numbers (same prior draws and outcomes), 3000 runs. At the reference T3 setting
     (T = 10, δ = 2) guha-bayes's Bayesian regret is below every delay-naive baseline's by more than three
     standard errors of the paired difference; at T = 20, δ = 4 it is not above any by more than three."""
     sc = scenario_from_mapping(scenario(horizon, delay, 3000))

@@ -1,6 +1,6 @@
 """The divergences and KL-UCB solvers of latebandit.policies.indices against independent oracles:
-SMPyBandits' ``kullback`` module (peer-implementations.md §1), scipy's brentq and the Lambert-W closed
-form (vernade2017.md §3.5), plus the index properties listed in §3.7."""
+SMPyBandits' ``kullback`` module, scipy's brentq and the Lambert-W closed
+form (docs/algorithms/vernade.md), plus the index properties the policies rely on."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ COUNT = st.integers(min_value=0, max_value=10_000)
 
 @pytest.fixture(scope="module")
 def kullback() -> ModuleType:
-    """SMPyBandits' kullback module imported alone, as peer-implementations.md §1.2 prescribes: the
+    """SMPyBandits' kullback module imported alone: the
     package's own __init__ chain breaks on current scipy. Its import-time warnings are silenced."""
     spec = importlib.util.find_spec("SMPyBandits")
     if spec is None or spec.origin is None:
@@ -66,7 +66,7 @@ def delayed_klucb(conversions: float, effective: float, beta: float) -> float:
 
 
 def test_divergence_reference_values() -> None:
-    """The values printed by SMPyBandits (peer-implementations.md §1.4) and closed forms."""
+    """The values printed by SMPyBandits' kullback module and closed forms."""
     assert kl_bernoulli(0.1, 0.2) == pytest.approx(0.036690014034750584, rel=1e-14)
     assert d_poisson(2.0, 1.0) == pytest.approx(0.3862943611198906, rel=1e-14)
     assert d_poisson(0.0, 0.7) == 0.7  # 0·log 0 = 0
@@ -85,7 +85,7 @@ def test_index_reference_values() -> None:
 
 
 def test_peer_table_values() -> None:
-    """The (S, Ñ, t) rows of peer-implementations.md §1.4, with β = log t."""
+    """(S, Ñ, t) rows checked against SMPyBandits, with β = log t."""
     rows = [
         (3, 10.0, 100, 1.0),
         (12, 40.5, 1000, 0.7367518289),
@@ -140,7 +140,7 @@ def test_bernoulli_index_matches_brentq(p: float, c: float) -> None:
     assert ours == pytest.approx(root, rel=1e-9)
 
 
-# --- edge cases, in the order of §3.5 --------------------------------------------------------------
+# --- edge cases, in the order of the solver --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_exploration_level() -> None:
     assert exploration(0, 0.0) == 0.0  # floored, never −inf
 
 
-# --- properties of §3.7 -------------------------------------------------------------------------------
+# --- properties the policies rely on -------------------------------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
@@ -215,9 +215,9 @@ def test_index_is_the_root_inside_the_bracket(p: float, c: float) -> None:
 @settings(max_examples=200, deadline=None)
 @given(conversions=COUNT, effective=EFFECTIVE, beta=BETA, scale=st.floats(min_value=0.05, max_value=20.0))
 def test_scale_equivariance(conversions: int, effective: float, beta: float, scale: float) -> None:
-    """Weights rescaled by 1/c: Ñ' = Ñ/c, θ̂' = c·θ̂, and the index becomes c·U with the cap at c (§2.7).
+    """Weights rescaled by 1/c: Ñ' = Ñ/c, θ̂' = c·θ̂, and the index becomes c·U with the cap at c.
 
-    §3.7 words the cap as 1/c; the derivation in §2.7 (θ' = τ_m·θ <= τ_m = c) puts it at c, which is
+    One may word the cap as 1/c; the derivation (θ' = τ_m·θ <= τ_m = c) puts it at c, which is
     what the identity d_Pois(c·p, c·q) = c·d_Pois(p, q) gives.
     """
     rescaled = klucb_poisson(conversions / (effective / scale), beta / (effective / scale), upper=scale)

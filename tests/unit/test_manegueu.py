@@ -1,4 +1,4 @@
-"""PatientBandits and Adapt-PatientBandits (manegueu2020.md): index values against the spec's worked values
+"""PatientBandits and Adapt-PatientBandits (Manegueu et al. 2020): index values against worked values
 and formulas written out here with the math module, the grouped tail estimate against a brute-force
 likelihood maximisation, and the incremental bias term (service histogram and simulator feed) against a
 recomputation over every pull."""

@@ -1,6 +1,6 @@
 """The policies against a deliberately slow reference written here from the specs (plain Python loops,
 the math module, bisection), plus tie-breaking, forced exploration, batch/one-run agreement, purity and
-a Monte Carlo coverage check of the Vernade 2017 indices (vernade2017.md §3.7)."""
+a Monte Carlo coverage check of the Vernade 2017 indices (Vernade et al. 2017)."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_choice_matches_reference_tie_rule(name: str) -> None:
 
 
 def test_reference_values_from_peer_implementations() -> None:
-    """SMPyBandits UCB and klUCB on t = 100, pulls (10, 30, 60), rewards (4, 15, 33) (§1.5 there)."""
+    """SMPyBandits UCB and klUCB on t = 100, pulls (10, 30, 60), rewards (4, 15, 33)."""
     data = one_run([10, 30, 60], [4, 15, 33], [10, 30, 60], 100)
     ucb = make_policy("ucb1", {}, 3).index(data)[0]
     np.testing.assert_allclose(ucb, [1.359705, 1.054086, 0.941798], atol=5e-7)
@@ -181,7 +181,7 @@ def test_reference_values_from_peer_implementations() -> None:
 
 
 def test_banditlab_delayed_ucb_values() -> None:
-    """banditlab's VernadeDelayedUCB values for the stats of peer-implementations.md §2.3 (β = log 101)."""
+    """banditlab's VernadeDelayedUCB values for a fixed set of stats (β = log 101)."""
     data = one_run([13, 6], [5, 3], [11.6580, 4.7613], 101)
     ours = make_policy("delayed-ucb", {}, 2).index(data)[0]
     np.testing.assert_allclose(ours, [0.898703, 1.411575], atol=5e-5)  # Ñ is printed to 4 decimals
@@ -435,7 +435,7 @@ def test_arm_stats_shapes_are_checked() -> None:
         ArmStats(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3)), np.ones(3))
 
 
-# --- coverage (§3.7) ------------------------------------------------------------------------------------
+# --- coverage ------------------------------------------------------------------------------------
 
 
 def violation_rate(name: str, theta: float, weights: np.ndarray, t: int, reps: int, rng: np.random.Generator) -> float:

@@ -1,5 +1,5 @@
 """The planning policies of Pike-Burke 2018 and Wang 2021 against the worked values of the specs
-(pikeburke2018.md §7, wang2021.md §7.1), computed there by independent scripts."""
+(Pike-Burke et al. 2018, Wang et al. 2021), computed by independent scripts."""
 
 from __future__ import annotations
 
@@ -75,10 +75,10 @@ def test_odaaf_b_falls_back_to_odaaf_when_the_bound_is_huge() -> None:
     ],
 )
 def test_schedule_without_elimination(name: str, params: dict, expected: list[int]) -> None:
-    """§7.7: equal means never eliminate; the phase ends (bridges counted in the phase before) are the spec's."""
+    """§7.7: equal means never eliminate; the phase ends (bridges counted in the phase before) are the reference's."""
     policy = make_policy(name, {**params, "horizon": 250_000}, 2)
     ends = phase_ends(policy, [0.5, 0.5], len(expected))
-    if policy.bridged:  # the spec counts phase m's bridge in phase m: ours opens phase m + 1
+    if policy.bridged:  # the reference counts phase m's bridge in phase m: ours opens phase m + 1
         nus = np.diff([0] + [math.ceil(policy.n(m, 250_000)) for m in range(1, len(expected) + 1)])
         ends = [end + nu for end, nu in zip(ends, nus, strict=True)]
     assert ends == expected
@@ -257,9 +257,9 @@ def test_qpm_d_plays_ucb1_on_resolved_pulls() -> None:
 
 @pytest.mark.parametrize(("name", "params", "regret"), [("odaaf", {}, 2157.4), ("odaaf-b", {"max_delay": 20}, 1591.2)])
 def test_noise_free_regret_of_the_reference_setting(name: str, params: dict, regret: float) -> None:
-    """pikeburke2018.md §5/§7.10: K = 2, means 0.5 / 0.6, T = 250,000, E[τ] = 10. With exact means the 0.5
+    """Pike-Burke et al. 2018, §5: K = 2, means 0.5 / 0.6, T = 250,000, E[τ] = 10. With exact means the 0.5
     arm is eliminated at the end of phase 4 (2^−4 < 0.1), so the regret is 0.1 × its plays: 0.1·N_4 =
-    2157.4 for ODAAF; ODAAF-B's bridges play the leader, so 0.1·N_4^B = 1591.2 (the spec's sim.py)."""
+    2157.4 for ODAAF; ODAAF-B's bridges play the leader, so 0.1·N_4^B = 1591.2 (an independent simulation)."""
     horizon = 250_000
     policy = make_policy(name, {"mean_delay": 10, "horizon": horizon, **params}, 2)
     plan, bad_plays, played = policy.plan(None, [], [], rng()), 0, 0

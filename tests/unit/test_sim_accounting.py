@@ -1,5 +1,5 @@
-"""Ñ in rounds against the brute force Σ_i τ(min(age_i, m)) (vernade2017.md §3.7, "closed form vs brute
-force"): the §2.8 geometric recursion and its exponential-mixture generalisation, and the block
+"""Ñ in rounds against the brute force Σ_i τ(min(age_i, m)) ("closed form vs brute
+force"): the geometric recursion of Vernade et al. 2017, §7, and its exponential-mixture generalisation, and the block
 convolution for every other CDF, censored and not, shared and per arm, to 1e-9."""
 
 from __future__ import annotations

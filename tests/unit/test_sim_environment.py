@@ -71,7 +71,7 @@ def expected_arrivals(pulls: list[Pull], n_arms: int, window: float, spread: int
 
 @pytest.mark.parametrize("spec", FAMILIES, ids=lambda spec: spec["family"] + str(len(spec)))
 def test_reveal_lags_follow_the_delay_cdf(spec: dict[str, Any]) -> None:
-    """P(revealed within a rounds) = τ(a) at integer ages: the §1.5 convention the accounting assumes."""
+    """P(revealed within a rounds) = τ(a) at integer ages: the convention the accounting assumes."""
     env = Environment(scenario(spec, runs=200, horizon=300))
     pulls, _ = play(env, 300)
     lags = np.concatenate([np.where(p.counted, p.lags, np.iinfo(np.int64).max) for p in pulls]).astype(float)

@@ -1,4 +1,4 @@
-"""The statistics feeds against brute force over the pull records: Discarding's matured counts (§2.6) and
+"""The statistics feeds against brute force over the pull records: Discarding's matured counts and
 the plug-in Ñ of App. D (censored histogram; uncensored stochastic approximation), and the pulls QPM-D
 sees as pending."""
 
@@ -121,7 +121,7 @@ def test_uncensored_plugin_runs_stochastic_approximation_into_the_geometric_recu
 
 @pytest.mark.parametrize("window", [None, 12])
 def test_resolution_pends_every_pull_until_its_delay_or_the_window_has_passed(window: int | None) -> None:
-    """pikeburke2018.md §3, §7.12: the outcome of the pull of round s, zero rewards included, is known from
+    """QPM-D (Joulani et al. 2013): the outcome of the pull of round s, zero rewards included, is known from
     the decision of round s + ⌈D⌉ + 1 on (D capped at the window); the conversions S are the ledger's."""
     env = environment(window)
     shown, pulls = drive(env, Resolution)

@@ -45,7 +45,7 @@ def test_every_reproduction_builds_checks_and_serialises(name: str) -> None:
 
 
 def test_lower_bound_constants_match_the_spec_table() -> None:
-    """vernade2017.md §4.3: Lai–Robbins 7.40 (θH) and 4.91 (θL); Theorem 3 (τ_m-weighted) 8.24 and 4.97."""
+    """Vernade et al. 2017's instances: Lai–Robbins 7.40 (θH) and 4.91 (θL); Theorem 3 (τ_m-weighted) 8.24 and 4.97."""
     tau_m = tau(1000)
     assert tau_m == pytest.approx(0.8652, abs=1e-4)
     assert pseudo_regret_bound(THETA_H, 1.0) == pytest.approx(7.40, abs=0.01)

@@ -1,6 +1,6 @@
 """The vectorised runner against a plain one-run loop (brute-force Ñ and S from the pull records, one
-policy call per run with a (1, K) batch), determinism under a seed, the §4.5 identity of censored and
-uncensored runs before round m, and the CONTRACT.md JSON shape."""
+policy call per run with a (1, K) batch), determinism under a seed, the identity of censored and
+uncensored runs before round m, and the --json shape of docs/reference/scenarios.md."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_same_seed_same_numbers_and_another_seed_other_numbers() -> None:
 
 
 def test_censored_and_uncensored_runs_coincide_until_the_window() -> None:
-    """vernade2017.md §4.5: same seeds, same weights and counted conversions until round m + 1."""
+    """Censored and uncensored runs: same seeds, same weights and counted conversions until round m + 1."""
     censored = make([{"name": "delayed-ucb"}], horizon=400, window=150)
     uncensored = make([{"name": "delayed-ucb"}], horizon=400, window=None)
     results = [run_policy(s, s.policies[0]) for s in (censored, uncensored)]
@@ -110,7 +110,7 @@ def test_censored_and_uncensored_runs_coincide_until_the_window() -> None:
 
 
 def test_discarding_plays_round_robin_until_pulls_mature() -> None:
-    """No index exists before a pull has matured (vernade2017.md §2.6): every index is +inf, so the opening
+    """No index exists before a pull has matured (Vernade et al. 2017, Algorithm 1): every index is +inf, so the opening
     rule plays the arms in turn, in every run: the regret is that of round-robin play."""
     scenario = make(
         [{"name": "delayed-klucb", "feed": "discarding"}, {"name": "delayed-ucb", "feed": "discarding", "label": "d"}],

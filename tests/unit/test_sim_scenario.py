@@ -1,4 +1,4 @@
-"""Scenario files: the CONTRACT.md example loads from JSON and YAML, the normalised form loads back to the
+"""Scenario files: the example of docs/reference/ loads from JSON and YAML, the normalised form loads back to the
 same scenario, and every kind of mistake is a ScenarioError that names the field."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 from latebandit.sim.environment import Environment
 from latebandit.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
 
-CONTRACT_EXAMPLE: dict[str, Any] = {
+DOCUMENTED_EXAMPLE: dict[str, Any] = {
     "horizon": 10000,
     "runs": 100,
     "seed": 1,
@@ -29,13 +29,13 @@ CONTRACT_EXAMPLE: dict[str, Any] = {
 
 
 def with_(**changes: Any) -> dict[str, Any]:
-    return {key: value for key, value in (CONTRACT_EXAMPLE | changes).items() if value is not ...}
+    return {key: value for key, value in (DOCUMENTED_EXAMPLE | changes).items() if value is not ...}
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml", ".yml"])
 def test_the_contract_example_loads_and_round_trips(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"scenario{suffix}"
-    path.write_text(json.dumps(CONTRACT_EXAMPLE) if suffix == ".json" else yaml.safe_dump(CONTRACT_EXAMPLE))
+    path.write_text(json.dumps(DOCUMENTED_EXAMPLE) if suffix == ".json" else yaml.safe_dump(DOCUMENTED_EXAMPLE))
     scenario = load_scenario(path)
     assert (scenario.horizon, scenario.runs, scenario.window, scenario.n_arms) == (10000, 100, 1000, 3)
     assert [spec.label for spec in scenario.policies] == ["delayed-klucb", "ucb1"]
@@ -153,7 +153,7 @@ def test_a_prior_draws_each_runs_means_and_keeps_arms_as_the_prior_mean() -> Non
 
 
 def test_composite_spread_lists_round_trip_and_an_integer_is_equal_parts() -> None:
-    """A reward shape (Wang 2021 §5.1) is a list of fractions; an integer n is n equal parts."""
+    """A reward shape (Wang et al. 2021, Figs. 2–4) is a list of fractions; an integer n is n equal parts."""
     shaped = scenario_from_mapping(with_(feedback="composite", spread=[0.5, 0.3, 0.2]))
     assert shaped.spread == (0.5, 0.3, 0.2)
     assert scenario_from_mapping(shaped.to_json()) == shaped

@@ -1,5 +1,5 @@
 """DelayedUCB stepped in lockstep against a slow, independent implementation of Algorithm 1 of Vernade et al.
-2017 (written from the paper and vernade2017.md §2.4-2.5, scalar Python, no code of ours), on one seeded
+2017 (written from the paper's Algorithm 1, scalar Python, no code of ours), on one seeded
 run of the θ_L setting with geometric delays and a censoring window.
 
 Issue 16 found delayed-ucb 4 % below the paper's fig1a reference while delayed-klucb agreed: the difference
@@ -21,7 +21,7 @@ from latebandit.policies.base import ArmStats
 from latebandit.sim.environment import Environment
 from latebandit.sim.scenario import scenario_from_mapping
 
-ARMS = [0.1, 0.05, 0.03]  # θ_L (vernade2017.md §5)
+ARMS = [0.1, 0.05, 0.03]  # θ_L (Vernade et al. 2017, Fig. 1 (b))
 P = 0.01  # geometric delays: τ(d) = 1 − (1 − p)^(d + 1)
 WINDOW = 300
 HORIZON = 1000

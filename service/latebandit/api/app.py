@@ -1,4 +1,4 @@
-"""The FastAPI application: routes of CONTRACT.md over the decision engine.
+"""The FastAPI application: routes of docs/reference/http-api.md over the decision engine.
 
 Bodies of /choose and /feedback are decoded with orjson and answered with pre-serialised JSON: they are
 the hot paths. /feedback validates events one by one (a bad event is its own ``rejected`` entry), so its

@@ -1,4 +1,4 @@
-"""The audit log as an event log (CONTRACT.md JSONL): what ``latebandit export`` writes and what
+"""The audit log as an event log (docs/reference/event-log.md): what ``latebandit export`` writes and what
 ``replay`` and ``rebuild`` read.
 
 Line shapes:
@@ -11,9 +11,9 @@ Line shapes:
   "version", "consumed"}``, the plan and how many closed segments it learnt from;
 - a policy change (the campaign's next version): ``{"type": "campaign", "id", "version", "policy", "delay",
   "at"}``, no ``arms`` either;
-- decisions: the CONTRACT keys plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
+- decisions: the keys of a decision line plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
   sent one, ``request_id`` (replay needs the version and fallback to classify later conversions);
-- feedback: the CONTRACT event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
+- feedback: the /feedback event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
   ``arm`` and ``decided_at`` their decision id carries). Censored, repeat and stale conversions are
   exported: they are real events, and the replay classifies them again.
 

@@ -9,7 +9,7 @@ window is evaluated
   exp(λ_j·w) overflows, and such a component has matured a few mean delays after each pull anyway;
 - otherwise by the mean rule, c·F(min(now − s̄, m)) at the bucket's exact mean pull time s̄. For F twice
   differentiable on the bucket's ages the error is at most c·sup|F''|·w²/8 (second order: the first-order
-  terms cancel at the mean), see vernade2017.md §3.4(e).
+  terms cancel at the mean), see docs/design-notes.md, "How Ñ is computed".
 
 The bucket that straddles age m (some pulls older than m) uses the mean rule in every case; it adds at
 most c·(F(m) − F(m − w)). With the default 64 buckets per window, w = m/64. Cost: O(cells) = O(K·B),
@@ -57,7 +57,7 @@ def window_tail_weight(
     campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int, envelope: Envelope
 ) -> np.ndarray:
     """W_k >= Σ_{pulls of k younger than the window} ψ(age): each cell at its youngest edge, which bounds every
-    pull in it for a non-increasing ψ (manegueu2020.md §3.4 option A). Matured cells weigh 0 (§3.5); the cell
+    pull in it for a non-increasing ψ (docs/design-notes.md). Matured cells weigh 0; the cell
     straddling the window edge counts whole, which only widens the bound."""
     youngest = (now - (hist.bucket + 1) * campaign.bucket_width_us) / MICROS
     weight = np.where(matured, 0.0, hist.count * envelope.weights(youngest[None, :])[0])

@@ -1,7 +1,7 @@
 """Conversion-delay distributions: the CDF τ that weighs each pull in Ñ = Σ τ(min(age, m)).
 
 Unit-agnostic: the service uses seconds, the simulator rounds. Every family reads and writes the
-CONTRACT.md JSON form (``delay_from_spec`` / ``to_spec``) and rejects a bad spec with a ValueError whose
+JSON form of the API (``delay_from_spec`` / ``to_spec``) and rejects a bad spec with a ValueError whose
 message names the field, because these messages reach API users unchanged.
 """
 
@@ -54,7 +54,7 @@ def _items(value: object, family: str, field: str) -> Sequence[Any]:
 
 @dataclass(frozen=True)
 class DelayModel(ABC):
-    """A delay distribution on [0, ∞]. ``family`` and ``fields`` name its CONTRACT.md spec. Every family is a
+    """A delay distribution on [0, ∞]. ``family`` and ``fields`` name its JSON spec. Every family is a
     frozen dataclass of its fields (what ``to_spec`` reads)."""
 
     family: ClassVar[str]
@@ -75,12 +75,12 @@ class DelayModel(ABC):
     def exponential_components(self) -> ExponentialTerms | None:
         """((weight, rate), ...) when F(a) = Σ w_j (1 − exp(−rate_j·a)) exactly for a >= 0, else None.
 
-        The exposure code keeps exact decayed sums for such F (vernade2017.md §3.4 a–c).
+        The exposure code keeps exact decayed sums for such F (docs/design-notes.md, "How Ñ is computed").
         """
         return None
 
     def to_spec(self) -> dict[str, Any]:
-        """The CONTRACT.md JSON form; ``delay_from_spec`` rebuilds an equal model from it."""
+        """The JSON form of the campaign body; ``delay_from_spec`` rebuilds an equal model from it."""
         return {"family": self.family, **dict(zip(self.fields, astuple(self), strict=True))}
 
     @classmethod
@@ -113,7 +113,7 @@ class Exponential(DelayModel):
 
 @dataclass(frozen=True)
 class Geometric(DelayModel):
-    """Support 0, 1, 2, …: P(D <= d) = 1 − (1−p)^(⌊d⌋+1), i.e. numpy's geometric(p) − 1 (§2.8)."""
+    """Support 0, 1, 2, …: P(D <= d) = 1 − (1−p)^(⌊d⌋+1), i.e. numpy's geometric(p) − 1 (Vernade et al. 2017, §7)."""
 
     family: ClassVar[str] = "geometric"
     fields: ClassVar[tuple[str, ...]] = ("p",)
@@ -381,7 +381,7 @@ FAMILIES: dict[str, type[DelayModel]] = {
 
 
 def delay_from_spec(spec: Mapping[str, Any]) -> DelayModel:
-    """The model a CONTRACT.md delay spec describes; ValueError with a user-facing message otherwise."""
+    """The model a campaign body's delay spec describes; ValueError with a user-facing message otherwise."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"a delay spec must be an object with a 'family' field (got {_show(spec)})")
     family = spec.get("family")

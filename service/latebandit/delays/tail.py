@@ -1,6 +1,6 @@
 """What the observed delays of one arm say: counts in fixed log-spaced buckets, and their tail exponent.
 
-The buckets are the bounded state the store keeps per arm (manegueu2020.md §3.7 pitfall 12: operators
+The buckets are the bounded state the store keeps per arm (docs/algorithms/manegueu.md: operators
 must see whether a campaign's delay assumption holds). Bucket 0 holds delays below 1 unit (a second in the
 service, a round in the simulator); bucket j >= 1 holds [r^(j−1), r^j) with r = √2, and the last bucket is
 open above. The same edges serve seconds and rounds.
@@ -16,7 +16,7 @@ Censoring: a delay longer than the age of a pull cannot have been observed yet, 
 histogram and biases α̂ upwards. Given the exposure (pulls old enough for each bucket), ``tail_exponent``
 weights each bucket by the inverse of its exposure and stops the fit where fewer than half of the pulls are
 old enough (a truncated geometric, solved by bisection). Still a diagnostic: a policy uses its lower
-confidence bound, floored (manegueu2020.md §3.6).
+confidence bound, floored (docs/algorithms/manegueu.md).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def tail_exponent(counts: ArrayLike, exposure: ArrayLike | None = None) -> TailE
     edge: the pulls for which a delay in that bucket would have been seen. A bucket's count is then divided
     by its exposure relative to the first bucket's (inverse-probability weighting), and buckets seen by
     fewer than EXPOSED_SHARE of the pulls end the fit, which becomes the MLE of a geometric truncated at the
-    last usable bucket. This is how the estimate uses "matured cohorts" (manegueu2020.md §3.6): without it,
+    last usable bucket. This is how the estimate uses "matured cohorts" (docs/algorithms/manegueu.md): without it,
     long delays not yet observable thin the top of the histogram and α̂ comes out too large.
     """
     c = np.asarray(counts, dtype=np.float64)

@@ -368,7 +368,7 @@ class DecisionEngine:
     ) -> Pull:
         """A decision to record: its signed id, where it falls in the histogram, and its audit record. A
         fallback's id marks its pull as uncounted, so a later conversion of it never enters S
-        (vernade2017.md §3.6, pitfall 12)."""
+        (docs/design-notes.md, "Decision ids")."""
         token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce(), fallback)
         decision_id = self.signer.sign(token)
         bucket, offset, moments = bucket_moments(campaign, now)
@@ -395,7 +395,7 @@ class DecisionEngine:
 
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
         """Ñ is evaluated once per histogram read and reused while the store serves that read (Redis:
-        up to ``snapshot_interval``), so a decision costs O(K), not O(K·B) (vernade2017.md §3.4f)."""
+        up to ``snapshot_interval``), so a decision costs O(K), not O(K·B) (docs/design-notes.md, Ñ)."""
         held = self._held_stats(campaign, state)
         if held is not None:
             return held

@@ -1,4 +1,4 @@
-"""The state a campaign's policy sees and shows: the statistics a decision reads, and the CONTRACT.md
+"""The state a campaign's policy sees and shows: the statistics a decision reads, and the
 ``state`` object. One code for ``GET /state``, the metrics and a replay's ``--dump-state``, so that a replay
 of the log and the live service describe the same state the same way."""
 
@@ -19,7 +19,7 @@ from latebandit.timeutil import MICROS, format_time
 
 def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
     """The statistics for a decision. Pulls counted since the histogram read are missing from W; each adds
-    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (manegueu2020.md §3.4)."""
+    at most ψ <= 1, so they are added at weight 1 and W stays an upper bound (docs/design-notes.md)."""
     weight = seen.tail_weight
     if weight is not None:
         weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
@@ -27,7 +27,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
-    """The CONTRACT.md ``state`` object, computed the same way for the live service and for replays. Each
+    """The ``state`` object (docs/reference/), computed the same way for the live service and for replays. Each
     arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delays/tail.py)."""
     seen = exposure(campaign, state, as_of)
     arms = arm_rows(campaign, state, seen)

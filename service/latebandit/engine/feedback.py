@@ -1,7 +1,7 @@
 """Feedback events: validated one by one, so that one bad event never rejects its neighbours.
 
 Each event either becomes a ``Conversion`` (verified decision id, times checked) or a ``Rejection`` with a
-machine-readable reason from CONTRACT.md. Nothing here touches the store: the ingest (engine/ingest.py)
+machine-readable reason (docs/reference/http-api.md). Nothing here touches the store: the ingest (engine/ingest.py)
 groups the accepted events by campaign and the store deduplicates and counts them atomically.
 """
 
@@ -178,7 +178,7 @@ def anonymous_event(
     campaign: Campaign, item: Conversion | dict[str, Any], now: int, max_skew: int, retention: float
 ) -> AnonymousEvent:
     """An aggregate, a watermark, or an attributed conversion read as an aggregate over the instant it
-    occurred at (DESIGN.md: an anonymous learner may always be given attributed feedback), for a campaign
+    occurred at (docs/architecture.md: an anonymous learner may always be given attributed feedback), for a campaign
     whose policy learns from sums. Times in the future within the allowed skew are taken as now."""
     ttl = math.ceil(campaign.allowed_lateness + retention)  # an aggregate is refused once its slots closed
     if isinstance(item, Conversion):

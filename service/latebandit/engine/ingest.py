@@ -66,7 +66,7 @@ class Ledger(Protocol):
 class FeedbackResult:
     """The answer to a /feedback batch, and the feedback metrics of its events. ``censored``, ``repeats`` and
     ``stale`` count accepted events (recorded in the audit log, not counted by the policy), so each is part
-    of ``accepted``, as CONTRACT's wording has it for ``censored``: a conversion later than its window, one for
+    of ``accepted``, as docs/reference/http-api.md says: a conversion later than its window, one for
     a decision that had converted already (a new event id), one for a decision of an earlier policy version
     or a fallback. ``duplicates`` are not accepted (nothing recorded)."""
 

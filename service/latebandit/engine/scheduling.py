@@ -96,7 +96,7 @@ class Scheduler:
 
 
 def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView, as_of: int) -> dict[str, Any]:
-    """The CONTRACT.md state object of a planning campaign: per arm the slots (``effective_pulls``) and the
+    """The state object (docs/reference/) of a planning campaign: per arm the slots (``effective_pulls``) and the
     reward (``conversions``) credited to its counted segments, closed ones plus the open ones' sums so far;
     ``policy_state`` shows the plan, the schedule's position and what closed it."""
     slots = np.zeros(len(campaign.arms))

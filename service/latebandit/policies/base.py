@@ -1,7 +1,7 @@
 """The policy contract shared by the service (one campaign, R = 1) and the simulator (R runs at once).
 
 Policies are pure: statistics and a numpy Generator in, a choice out. No clock, no I/O, no global RNG,
-which is what lets the same code serve, replay and simulate (DESIGN.md, "The policy contract").
+which is what lets the same code serve, replay and simulate (docs/architecture.md, "Policies are pure").
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from latebandit.delays.models import DelayModel
 from latebandit.policies.indices import exploration
 
 Array = np.ndarray
-EPS_N = 1e-9  # vernade2017.md §2.5: an effective count at or below this has no estimate (index +inf)
-TIE_RTOL = 1e-12  # §3.5: indices this close (relatively) to the best are ties, broken at random
+EPS_N = 1e-9  # Vernade et al. 2017, Algorithm 1: an effective count at or below this has no estimate (index +inf)
+TIE_RTOL = 1e-12  # indices this close (relatively) to the best are ties, broken at random
 SMALL_ARGMAX = 64  # indices (runs x arms) up to which the argmax runs in plain Python (a group commit's rows)
 
 
@@ -252,9 +252,9 @@ class ArgmaxPolicy(Policy):
         """Infinite indices first: the least-pulled of them, the first at or after arm (t − 1) mod K in
         cyclic order, so the opening plays arm n at round n as Algorithm 1 of Vernade et al. 2017 does (and
         the rows of one group commit, rounds t, t+1, ... from the same statistics, open different arms).
-        Else the argmax within TIE_RTOL, ties uniform, propensity 1/#tied (the [recon/ours] tie rule of §2.5).
+        Else the argmax within TIE_RTOL, ties uniform, propensity 1/#tied (our tie rule: the paper leaves ties open).
 
-        The opening order is the paper's, not a random one (vernade2017.md §2.5 prints ``A_n = arm n``): with
+        The opening order is the paper's, not a random one (Vernade et al. 2017, Alg. 1: ``A_n = arm n``): with
         a delay CDF that starts near 0, the first pulls' ages set the early exploration bonuses for hundreds of
         rounds, and a random opening measured DelayedUCB's regret 4-9 % off the paper's curves."""
         index = self.index(stats)
@@ -311,7 +311,7 @@ def _best(index: np.ndarray, forced: np.ndarray) -> np.ndarray:
 
 
 class IndexPolicy(ArgmaxPolicy):
-    """Optimistic index policies: forced exploration first, then the argmax of the index (§2.5)."""
+    """Optimistic index policies: forced exploration first, then the argmax of the index (Vernade et al., Alg. 1)."""
 
     reports_probabilities: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {"epsilon": Param(float, 0.0, 0.0)}

@@ -1,5 +1,5 @@
 """Delay-naive baselines: A/B allocation (uniform, fixed) and the classical UCB1, KL-UCB and Thompson
-sampling on S/N, which read not-yet-converted pulls as failures (CONTRACT.md policy names)."""
+sampling on S/N, which read not-yet-converted pulls as failures (docs/algorithms/baselines.md)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class Thompson(Policy):
 
 def win_probabilities(alpha: Array, beta: Array) -> Array:
     """(R, K) P(X_k > X_j for every j ≠ k) for independent X_j ~ Beta(α_j, β_j) (α, β >= 1): the law of
-    Thompson sampling's arm, ∫ f_k(x)·Π_{j≠k} F_j(x) dx, deterministically (guha.md §4.2 leaves it to Monte
+    Thompson sampling's arm, ∫ f_k(x)·Π_{j≠k} F_j(x) dx, deterministically (docs/algorithms/guha.md leaves it to Monte
     Carlo). Composite Gauss-Legendre on the pieces between every arm's quantiles TAIL and 1 − TAIL, so that each
     density and each CDF's rise lies across whole pieces however narrow one posterior is beside another; the
     exclusive products are prefix and suffix sums of log F, never a division by an F that underflowed to 0."""
@@ -158,7 +158,7 @@ def win_probabilities(alpha: Array, beta: Array) -> Array:
 
 
 class DelayedThompson(Thompson):
-    """Thompson sampling on the posterior of matured outcomes, Beta(1 + S, 1 + max(Ñ − S, 0)) (guha.md §4.2,
+    """Thompson sampling on the posterior of matured outcomes, Beta(1 + S, 1 + max(Ñ − S, 0)) (docs/algorithms/guha.md,
     issue 8): a pending pull counts as a failure only by its probability τ(age) of having converted by now,
     which is the delay-corrected count Ñ = Σ τ(min(age, m)) of Vernade 2017."""
 

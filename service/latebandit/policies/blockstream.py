@@ -1,7 +1,7 @@
-"""The single-arm Lagrangian DP over the Block+Stream family of guha.md §2.5 (Beta–Bernoulli, unit rewards).
+"""The single-arm Lagrangian DP over the Block+Stream family of docs/algorithms/guha.md (Beta–Bernoulli, unit rewards).
 
 One arm with prior Beta(a, b), its own virtual clock τ over a horizon H, and a known delay δ (a play at
-step t is usable from step t + δ + 1, guha.md A1). At a block start (posterior u = (s, f), clock τ) it
+step t is usable from step t + δ + 1, Guha et al., §4). At a block start (posterior u = (s, f), clock τ) it
 may quit, make a block of ℓ ≤ δ + 1 back-to-back plays and wait for them (ℓ + δ steps), or enter the
 stream: δ + 1 blind plays, then one play per step while the posterior of the outcomes seen so far says so.
 For a multiplier λ the DP maximises R − λ·N (expected reward minus λ times expected plays):
@@ -13,7 +13,7 @@ For a multiplier λ the DP maximises R − λ·N (expected reward minus λ times
 P(k | ℓ, u) is the Beta-Binomial law. R and N of the maximising policy are carried along the same sweep
 (a backward pass, not a forward occupancy), so one sweep gives V = R − λN, R and N at the root.
 
-Depth cap D [ours, guha.md §2.5]: past depth D an arm counts as learned, worth h·max(0, μ − λ) with h
+Depth cap D [ours, docs/algorithms/guha.md]: past depth D an arm counts as learned, worth h·max(0, μ − λ) with h
 steps left. The sweep runs over depth from D down to 0, vectorised over (s, τ): O(D²·H·(δ + 1)²) work,
 O((δ + 2)·D·H) memory for the values and 2 bytes per (posterior, τ) for the action table.
 Ties between quitting and playing go to playing when ``tie_play`` (the upper policy P⁺ of §2.2),
@@ -175,7 +175,7 @@ class BlockStreamArm:
 
 def first_continuing(keep: np.ndarray) -> np.ndarray:
     """h* per posterior: the least h from which the stream continues for every larger h (H + 1: never).
-    Conservative where the decision is not monotone in h (guha.md §2.5 expects it to be)."""
+    Conservative where the decision is not monotone in h (docs/algorithms/guha.md expects it to be)."""
     horizon = keep.shape[1] - 1
     stops = ~keep[:, 1:]
     last_stop = np.where(stops.any(axis=1), horizon - np.argmax(stops[:, ::-1], axis=1), 0)

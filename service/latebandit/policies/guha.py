@@ -1,4 +1,4 @@
-"""guha-bayes: the Bayesian policy of Guha, Munagala & Pál under a known delay, as guha.md §2.5 builds it.
+"""guha-bayes: the Bayesian policy of Guha, Munagala & Pál under a known delay, as docs/algorithms/guha.md builds it.
 
 The plan (service/latebandit/policies/guha_plan.py) solves the LP over Block+Stream single-arm policies and orders the
 arms by R_i/N_i. Executing it needs, per arm, the resolved posterior (s, f), the plays in flight o and the
@@ -10,7 +10,7 @@ No per-arm block state is stored, so the execution is a Markov rule on (s, f, o,
 - an arm wants a play iff o < cap, where cap is 0 for QUIT, ℓ for BLOCK(ℓ) and δ + 1 for STREAM in its
   block-start table at (s, f, τ = H − h); and, once plays are in flight, δ + 1 whenever the stream's
   continuation test h >= h*(s, f) passes (a stream started keeps going while it pays);
-- Combine (guha.md §2.3, with A8's practical choices: budget H, no 1/γ scaling, participation 1): each
+- Combine (Guha et al., §4, with our practical choices: budget H, no 1/γ scaling, participation 1): each
   step goes to the first arm in priority order that wants a play;
 - when no arm wants one (all waiting for feedback, or every plan finished), the step goes to the arm of
   highest posterior mean ("exploit filler", §3.4; the paper idles).
@@ -33,12 +33,12 @@ from latebandit.policies.base import ArmStats, Choice, Param, Policy, Setting
 from latebandit.policies.blockstream import QUIT, STREAM, triangle
 from latebandit.policies.guha_plan import Plan, check_size, largest_depth, shapes_for, solve_plan
 
-PLANNING_WINDOW = 100  # plays in the service's rolling planning window (guha.md §3.5) when none is given
+PLANNING_WINDOW = 100  # plays in the service's rolling planning window (docs/design-notes.md) when none is given
 MAX_DELAY_SEARCH = 1 << 40
 
 
 def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
-    """⌈q-quantile of the delay × decisions per unit⌉ (guha.md §3.1): the least whole number of plays by
+    """⌈q-quantile of the delay × decisions per unit⌉ (docs/algorithms/guha.md): the least whole number of plays by
     which a fraction ``quantile`` of outcomes is known."""
     target = lambda plays: float(model.cdf(plays / rate)) >= quantile  # noqa: E731
     if not target(MAX_DELAY_SEARCH):
@@ -58,7 +58,7 @@ class GuhaBayes(Policy):
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
     service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon);
     ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan wants it
-    (guha.md A9), 1 to the one of highest posterior mean among them [ours, see docs/reproductions.md]."""
+    (docs/algorithms/guha.md), 1 to the one of highest posterior mean among them [ours, see docs/reproductions.md]."""
 
     name: ClassVar[str] = "guha-bayes"
     delay_corrected: ClassVar[bool] = True
@@ -93,7 +93,7 @@ class GuhaBayes(Policy):
         a, b = resolved["prior_a"], resolved["prior_b"]
         horizon, delay = self._int_param("horizon"), self._int_param("delay")
         # A simulation plans once, from the shared prior: one DP. The service re-plans from each arm's own
-        # posterior (guha.md §3.5): up to one DP per arm, which is what its caps must allow.
+        # posterior (docs/design-notes.md): up to one DP per arm, which is what its caps must allow.
         roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
         if resolved["depth"] == 0:
             resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
@@ -114,7 +114,7 @@ class GuhaBayes(Policy):
         return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **self._params)
 
     def replan_due(self, stats: ArmStats) -> bool:
-        """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""
+        """Whether the rolling window (docs/design-notes.md) asks for a new plan: none yet, or half of it used."""
         return self.plan is None or int(stats.t[0]) - self.start >= self.plan.horizon // 2
 
     @staticmethod
@@ -146,7 +146,7 @@ class GuhaBayes(Policy):
         if self.base is not None:
             successes = successes - self.base[0]
             failures = failures - self.base[1]
-        clock = np.asarray(stats.t, dtype=np.int64) - self.start  # τ on the real clock (guha.md A6, ours)
+        clock = np.asarray(stats.t, dtype=np.int64) - self.start  # τ on the real clock (docs/algorithms/guha.md, ours)
         left = plan.horizon - clock
         out = np.zeros((runs, arms), dtype=bool)
         live = (left > 0) & (clock >= 0)

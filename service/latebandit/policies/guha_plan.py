@@ -1,8 +1,8 @@
-"""The campaign LP over Block+Stream single-arm policies (guha.md §2.2, §2.5): λ* by bisection, the mix θ
+"""The campaign LP over Block+Stream single-arm policies (docs/algorithms/guha.md): λ* by bisection, the mix θ
 of the two optimal policies at λ*, the LP value (an upper bound for every policy that keeps each arm in
 the family), and the priority order by R_i/N_i that Combine uses to make the relaxed solution feasible.
 
-Arms with the same posterior share one DP per λ (guha.md §3.3). Pure: no clock; callers time it.
+Arms with the same posterior share one DP per λ (docs/algorithms/guha.md). Pure: no clock; callers time it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from latebandit.policies.blockstream import ArmShape, ArmSolution, BlockStreamAr
 MAX_TABLE_STATES = 16_000_000  # (posterior, clock) states over the distinct roots of one plan
 MAX_WORK = 250_000_000  # multiply-adds per λ over the distinct roots: ≈ 2.5 s per λ, ≈ 90 s per plan
 BRACKET = 1e-9  # bisection stops when hi − lo is below this
-EPSILON = 1e-7  # P⁺ and P⁻ are solved at λ* ∓ EPSILON (guha.md §2.2 pitfall)
+EPSILON = 1e-7  # P⁺ and P⁻ are solved at λ* ∓ EPSILON (docs/algorithms/guha.md)
 
 
 class PlanTooLarge(ValueError):
@@ -46,7 +46,7 @@ class Plan:
     dual: float  # min over λ of λH + Σ V_λ, evaluated at λ*; equals ``bound`` up to the bracket
     reward: np.ndarray  # (K,) R_i of the mixed solution
     plays: np.ndarray  # (K,) N_i of the mixed solution
-    order: tuple[int, ...]  # arms by decreasing R_i/N_i, ties by index (guha.md A9)
+    order: tuple[int, ...]  # arms by decreasing R_i/N_i, ties by index (docs/algorithms/guha.md)
     tables: tuple[ArmSolution, ...]  # P⁺ with its tables, one per distinct root
     table_of: np.ndarray  # (K,) which table each arm reads
     cost: PlanCost

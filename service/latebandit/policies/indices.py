@@ -1,4 +1,4 @@
-"""Vectorised divergences and KL-UCB index solvers (vernade2017.md §2.4, §3.5).
+"""Vectorised divergences and KL-UCB index solvers (Vernade et al. 2017; docs/algorithms/vernade.md).
 
 Every function works elementwise on broadcastable arrays, so one call serves K arms of one campaign or
 K arms of thousands of simulated runs.
@@ -11,9 +11,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-NEWTON_STEPS = 10  # §3.5: 3–6 suffice in practice; run a fixed number, vectorised
+NEWTON_STEPS = 10  # 3–6 suffice in practice; run a fixed number, vectorised
 BISECTION_CAP = 1100  # more halvings than a float interval can take, so the loop always ends
-RTOL = 1e-12  # §3.5 stopping rule |step| <= 1e-12·q
+RTOL = 1e-12  # stopping rule |step| <= 1e-12·q
 
 Divergence = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Step = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -49,7 +49,7 @@ def kl_bernoulli(p: ArrayLike, q: ArrayLike) -> np.ndarray:
 
 
 def exploration(t: ArrayLike, epsilon: float) -> np.ndarray:
-    """β = max(0, (1+ε)·log t), floored at 0 as §2.2 asks (log 1 = 0)."""
+    """β = max(0, (1+ε)·log t), floored at 0 (Vernade et al. 2017's exploration function; log 1 = 0)."""
     return np.maximum(0.0, (1.0 + epsilon) * np.log(np.maximum(np.asarray(t, dtype=np.float64), 1.0)))
 
 
@@ -73,7 +73,7 @@ def _newton_from_above(
 ) -> np.ndarray:
     """The root of divergence(p, q) = c in [lo, hi], for a divergence convex and increasing in q there.
 
-    Newton from hi then decreases monotonically onto the root and never overshoots (§3.5). An element
+    Newton from hi then decreases monotonically onto the root and never overshoots. An element
     stops once its step is below RTOL·q, so its value never depends on the other elements of the batch;
     elements that do not get there (or go non-finite) are redone by bisection on [lo, hi] with the exact
     divergence.
@@ -117,12 +117,12 @@ def _first_case(cases: list[tuple[np.ndarray, ArrayLike]]) -> tuple[np.ndarray, 
 
 
 def klucb_poisson(p: ArrayLike, c: ArrayLike, upper: ArrayLike = 1.0) -> np.ndarray:
-    """max{q ∈ [p, upper] : d_Pois(p, q) <= c}, the DelayedKLUCB index with c = β/Ñ (§2.4, §3.5).
+    """max{q ∈ [p, upper] : d_Pois(p, q) <= c}, the DelayedKLUCB index with c = β/Ñ (Vernade et al. 2017).
 
-    Edge cases in the order of §3.5: c <= 0 → min(p, upper); p >= upper → upper; p = 0 → min(upper, c);
+    Edge cases, in order: c <= 0 → min(p, upper); p >= upper → upper; p = 0 → min(upper, c);
     d_Pois(p, upper) <= c → upper. Otherwise Newton from the closed-form upper bracket
     p + c + sqrt(c² + 2pc), above the lower bracket p + sqrt(2pc). ``upper`` is the cap, 1 for a
-    conversion rate; a rescaled CDF moves it (§2.7, scale equivariance).
+    conversion rate; a rescaled CDF moves it (scale equivariance).
     """
     p, c, upper = (np.asarray(x, dtype=np.float64) for x in (p, c, upper))
     out, inner = _first_case(

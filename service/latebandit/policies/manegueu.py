@@ -1,5 +1,5 @@
 """PatientBandits and Adapt-PatientBandits of Manegueu, Vernade, Carpentier & Valko (ICML 2020), as
-../shared/algorithms/manegueu2020.md §2.3–2.4, §2.7 and §3.1 specify them.
+their Algorithms 1 and 2 (docs/algorithms/manegueu.md says how the service runs them).
 
 Arm-dependent, possibly heavy-tailed delays and no CDF: the estimate is the pessimistic S/N (a pending pull
 counts as a zero) and the index adds a bound on that downward bias,

@@ -1,14 +1,14 @@
 """ODAAF, ODAAF-B and ODAAF-V of Pike-Burke, Agrawal, Szepesvári & Grünewälder (ICML 2018), as
-pikeburke2018.md §2: Improved-UCB in phases, each active arm played in one contiguous block per phase,
+their Algorithm 1: Improved-UCB in phases, each active arm played in one contiguous block per phase,
 elimination on the anonymous sums observed during an arm's own blocks (cumulative over phases).
 
 Phase m has tolerance Δ̃_m = 2^−m; every active arm reaches N_m = ⌈n_m⌉ credited slots (Q1), ν_m = N_m −
 N_{m−1} new ones; arm j is eliminated when X̄_j + Δ̃_m < max X̄ (a tie survives, §7.9). n_m is §2.2–2.4,
 with the delay facts in slots (E[τ] ``mean_delay``, d ``max_delay``, V ``delay_variance``).
 
-Choices made here, where the spec leaves room:
+Choices made here, where the paper leaves room:
 - ODAAF-B and ODAAF-V play a bridge of ν_m slots on the *empirical leader* of the survivors (Q4: 25% less
-  regret than the first active arm in the spec's reference run); plain ODAAF has none (the paper's
+  regret than the first active arm in a reference run); plain ODAAF has none (the paper's
   experiments). In the service the next phase starts only once the feedback of the phase's blocks is
   complete; until then the provisional leader is held (a discarded segment: a longer bridge is safe).
 - Phasing stops when T·Δ̃_m² <= e (Q2) or one arm is left (Q6); the leader is then played to the horizon.

@@ -1,8 +1,8 @@
-"""DelayedUCB and DelayedKLUCB of Vernade, Cappé & Perchet (UAI 2017), as vernade2017.md §2.3–2.5.
+"""DelayedUCB and DelayedKLUCB of Vernade, Cappé & Perchet (UAI 2017), Algorithm 1 (docs/algorithms/vernade.md).
 
-The caller supplies Ñ = Σ τ(min(age, m)) under the §1.5 age convention and S censored at the window;
-these policies only turn (N, S, Ñ, t) into indices. θ̂ = S/Ñ is deliberately not capped (it is
-conditionally unbiased, §3.6 pitfall 2); the UCB index is not capped either, the KL index is capped at 1.
+The caller supplies Ñ = Σ τ(min(age, m)) (ages as docs/reference/scenarios.md counts them) and S censored at
+the window; these policies only turn (N, S, Ñ, t) into indices. θ̂ = S/Ñ is deliberately not capped (it is
+conditionally unbiased); the UCB index is not capped either, the KL index is capped at 1.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class DelayCorrected(IndexPolicy):
 
 
 class DelayedUCB(DelayCorrected):
-    """U = θ̂ + sqrt(N·β/2)/Ñ: Hoeffding on S − θÑ, a sum of N centred terms of range 1 (§2.3)."""
+    """U = θ̂ + sqrt(N·β/2)/Ñ: Hoeffding on S − θÑ, a sum of N centred terms of range 1 (the paper's DelayedUCB)."""
 
     name: ClassVar[str] = "delayed-ucb"
 
@@ -35,7 +35,7 @@ class DelayedUCB(DelayCorrected):
 
 class DelayedKLUCB(DelayCorrected):
     """U = max{q ∈ [θ̂, 1] : Ñ·d_Pois(θ̂, q) <= β}. The Poisson divergence, not the Bernoulli one, because
-    the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (§2.4)."""
+    the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (the paper's DelayedKLUCB)."""
 
     name: ClassVar[str] = "delayed-klucb"
 

@@ -1,10 +1,10 @@
 """ARS-UCB and ARS-EXP3 of Wang, Wang & Huang (AAAI 2021), and the CLW baseline of Cesa-Bianchi,
-Gentile & Mansour (2018), as wang2021.md §2–3. Rewards are anonymous and composite: a play's reward is
+Gentile & Mansour (2018) (docs/algorithms/wang.md). Rewards are anonymous and composite: a play's reward is
 spread over later slots, and only the per-slot total is seen. None of them needs the delay to vanish:
 ARS-* play rounds long enough that the edge effects average out, CLW learns only from the last d̂ slots of
 randomly ended blocks of at least 2d̂ slots.
 
-Choices, where wang2021.md §9 leaves room: round sizes ⌈k^β⌉ with the exact integer K (A1–A3); the
+Choices, where the paper leaves room: round sizes ⌈k^β⌉ with the exact integer K (A1–A3); the
 leftover slots after round K are one more draw, then, with a given horizon, rounds of g(K) slots go on with
 the same rule; with no horizon, the paper's EXP3 updates restart in doubling epochs (A15). ARS-UCB's index
 uses the sums observed so far, late ones included as they arrive (the paper's rule; its rounds are long
@@ -342,7 +342,7 @@ class ArsExp3(Exp3Schedule):
 
 
 class Clw(Exp3Schedule):
-    """CLW as wang2021.md §3 (ARS-CLW's block rule, one phase, fixed d̂ = ``max_delay``): a block ends at
+    """CLW as Wang et al. 2021 use it, §4.2 (ARS-CLW's block rule, one phase, fixed d̂ = ``max_delay``): a block ends at
     slot t when coin B_t = 1 and the next 2d̂ − 1 coins are 0 (q = 1/(2d̂)), so blocks after the first last
     at least 2d̂ slots; EXP3 learns only from the block's last d̂ slots; the rest is discarded. ``eta`` 0:
     the paper's x = Σ of those slots / (2d̂). The defaults (module docstring): d̂ is the declared delay's

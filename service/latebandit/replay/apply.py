@@ -1,4 +1,4 @@
-"""Re-apply an event log (CONTRACT.md JSONL) to the campaigns' own policies, through the live service's
+"""Re-apply an event log (docs/reference/event-log.md) to the campaigns' own policies, through the live service's
 own feedback ingest (engine/ingest.py), store semantics and state description (engine/describe.py), so
 ``replay --dump-state`` equals ``GET /state``.
 

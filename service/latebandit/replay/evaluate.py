@@ -48,7 +48,7 @@ class Evaluation:
     times: np.ndarray  # (decisions,) µs, the decision times (for curves)
 
     def contract(self) -> dict[str, Any]:
-        """The ``--json`` document of CONTRACT.md."""
+        """The ``--json`` document of docs/reference/cli.md."""
         return {
             "policy": self.policy,
             "estimator": self.primary.estimator,

@@ -2,7 +2,7 @@
 each with the logged propensity, the conversions the log holds for it, and its reward within the window.
 
 The reward of a decision is the value of its first conversion that occurred within the window (rewards
-are Bernoulli per decision, CONTRACT.md), 0 if none did. It is known only once the window has closed by
+are Bernoulli per decision, docs/reference/http-api.md), 0 if none did. It is known only once the window has closed by
 the end of the log: a decision younger than the window at the end may still convert, so its reward is
 unknown (``None``) rather than 0 (censored by the log's end, not by the window).
 """

@@ -1,11 +1,11 @@
 """The delay-corrected count Ñ_k = Σ_{pulls i of k} τ_k(min(age_i, m)) in rounds, exactly, for R runs.
 
-Age convention of vernade2017.md §1.5: at the decision of round n, the pull of round s has age n − 1 − s.
+Age convention of docs/reference/scenarios.md: at the decision of round n, the pull of round s has age n − 1 − s.
 Two exact paths, both O(1) in the number of past pulls per round:
 
 - ``DecayedSums`` when τ(a) = 1 − Σ_j c_j·ρ_j^a at every integer age a >= 0: geometric delays
-  (c = ρ = 1 − p) and (mixtures of) exponentials (c = w_j, ρ = e^{−λ_j}). This is the recursion of §2.8
-  (§3.4 d), generalised to several components: E_j ← ρ_j·E_j + 1{A_n = k} − ρ_j^m·1{A_{n−m} = k}.
+  (c = ρ = 1 − p) and (mixtures of) exponentials (c = w_j, ρ = e^{−λ_j}). This is the recursion of Vernade et
+  al. 2017, §7, generalised to several components: E_j ← ρ_j·E_j + 1{A_n = k} − ρ_j^m·1{A_{n−m} = k}.
 - ``BlockConvolution`` for any other CDF (uniform, fixed, Pareto, empirical, mixtures of them): Ñ is a
   causal convolution of the pull indicators with w(a) = τ(min(a, m)). Every B rounds one matrix product
   gives the contribution of all earlier pulls to the next B decisions; pulls inside the block are added

@@ -1,12 +1,12 @@
 """The simulated world, vectorised over R independent runs: rewards, delays in rounds, censoring, and the
-three feedback views of CONTRACT.md (attributed, anonymous per-round sums, composite spread rewards).
+three feedback views of docs/reference/scenarios.md (attributed, anonymous per-round sums, composite spread rewards).
 
-Conventions (vernade2017.md §1.1, §1.5): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ) or
+Conventions (docs/reference/scenarios.md): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ) or
 Beta(2θ, 2(1−θ)) for ``bounded``) and a delay D ≥ 0 in rounds from the arm's delay model. A conversion
 with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
 D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
 rounds s + ⌈D⌉ + j, j < spread (or the fraction w_j of X when ``spread`` lists the parts: a reward shape
-of Wang 2021 §5.1); a part later than the window (D + j > m) is lost.
+of Wang et al. 2021, Figs. 2–4); a part later than the window (D + j > m) is lost.
 
 Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
 the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet
@@ -39,7 +39,7 @@ def world_generator(seed: int, run: int) -> np.random.Generator:
 
 def policy_generator(seed: int) -> np.random.Generator:
     """The tie-breaking stream: the same for every policy of a scenario, so that two scenarios differing
-    only in the window play identically until the window matters (vernade2017.md §4.5)."""
+    only in the window play identically until the window matters (docs/reproductions.md, Fig. 1)."""
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(POLICY_STREAM,)))
 
 

@@ -1,19 +1,19 @@
 """What each simulated policy is shown: the (N, S, Ñ, t) statistics of ArmStats, built per round.
 
 The policies are the service's own objects (service/latebandit/policies); a feed only decides which counts they
-receive, which is how the simulator runs the baselines and variants of vernade2017.md without copying
+receive, which is how the simulator runs the baselines and variants of Vernade et al. 2017 without copying
 any index code:
 
 - ``naive``: N and S (delay-naive reading: a pending pull looks like a failure), Ñ = N;
 - ``delayed``: Ñ = Σ τ(min(age, m)) with the true delay model (DelayedUCB / DelayedKLUCB);
-- ``discarding`` (§2.6): only matured pulls (age >= m), N_old and S_old, with Ñ = τ_m·N_old. Fed to
-  delayed-ucb this is θ̂^m + sqrt(β/(2·τ_m²·N_old)), fed to delayed-klucb it is Discarding KL-UCB;
+- ``discarding`` (the paper's Discarding baseline): only matured pulls (age >= m), N_old and S_old, with
+  Ñ = τ_m·N_old. Fed to delayed-ucb this is θ̂^m + sqrt(β/(2·τ_m²·N_old)), fed to delayed-klucb it is Discarding KL-UCB;
 - ``discarding-literal``: as above but N = τ_m·N_old, which turns delayed-ucb's width into the printed
   sqrt(β/(2·τ_m·N_old));
-- ``plugin`` (§2.7, App. D): Ñ from a delay CDF estimated online from the delays seen so far — the
+- ``plugin`` (App. D): Ñ from a delay CDF estimated online from the delays seen so far — the
   censored histogram τ̂_s = δ_s/n_d, or, without a window, the geometric μ̂ of stochastic approximation.
   Before the first observed delay the plug-in assumes none (τ̂ ≡ 1, Ñ = N) [ours: App. D gives no start].
-- ``resolution`` (QPM-D, pikeburke2018.md §3): N and S with ``pending``, the pulls whose outcome has not
+- ``resolution`` (QPM-D, Joulani et al. 2013): N and S with ``pending``, the pulls whose outcome has not
   been resolved. In the paper's model every reward, zeros included, reports after its delay, so a pull
   resolves at the end of round s + ⌈D⌉; with a window m, at s + ⌈min(D, m)⌉ (a conversion arrives by
   then or never counts). Resolved pulls are usable from the next decision, like conversions.
@@ -78,7 +78,7 @@ class Delayed(Naive):
 
 
 class Discarding(Feed):
-    """Matured pulls only: everything they will ever reveal has been revealed (§2.6)."""
+    """Matured pulls only: everything they will ever reveal has been revealed (Discarding)."""
 
     def __init__(self, ledger: Ledger, env: Environment, literal: bool) -> None:
         super().__init__(ledger)
@@ -159,8 +159,8 @@ class PluginWindow(Feed):
 class PluginGeometric(Feed):
     """Uncensored plug-in for geometric delays: μ̂ ← (1 − α)·μ̂ + α·D with α = n_d^{−γ} per observed delay
     (γ = 1: the sample mean), then p̂ = 1/(1 + μ̂) (support from 0, E[D] = (1 − p)/p) plugged into the
-    §2.8 recursion O ← ρ̂·(O + 1{A = k}), Ñ = N − O. Delays revealed in the same round enter as their
-    mean with the steps of their count [ours], which is exact for γ = 1."""
+    geometric recursion of Vernade et al. 2017, §7, O ← ρ̂·(O + 1{A = k}), Ñ = N − O. Delays revealed in the
+    same round enter as their mean with the steps of their count [ours], which is exact for γ = 1."""
 
     def __init__(self, ledger: Ledger, env: Environment, gamma: float) -> None:
         super().__init__(ledger)

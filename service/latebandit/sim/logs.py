@@ -1,4 +1,4 @@
-"""Simulated event logs (CONTRACT.md JSONL) of a logging policy on a known world, so that off-policy
+"""Simulated event logs (docs/reference/event-log.md) of a logging policy on a known world, so that off-policy
 estimates can be checked against a true value.
 
 One round is one second: decision n is taken at ``start`` + (n − 1) s, a conversion occurs at the decision

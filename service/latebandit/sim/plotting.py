@@ -1,5 +1,5 @@
 """Regret curves as a small PNG: one panel per scenario, mean over runs with a 10–90 % band across runs,
-and optional reference points (e.g. a spec's numbers) as crosses in the policy's colour."""
+and optional reference points (e.g. a reference's numbers) as crosses in the policy's colour."""
 
 from __future__ import annotations
 

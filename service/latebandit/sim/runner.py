@@ -5,7 +5,7 @@ no Python loop over runs. Policies that play planned segments are played in bloc
 no run changes arm (one set of array operations per block); the regret is still added round by round.
 Policies run one after the other, each on a fresh Environment with the same
 seed, so they meet the same rewards and delays (common random numbers) and each gets its own timing.
-Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s} of CONTRACT.md; the τ-weighted L(T) of vernade2017.md §1.4
+Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s} (docs/reference/scenarios.md); the τ-weighted L(T) of Vernade et al. 2017
 (the expected conversions missed by T, Σ_s Δ_{A_s}·τ(min(T − s, m)) = Σ_k Δ_k·Ñ_k(T + 1)) is kept too.
 """
 
@@ -79,7 +79,7 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 
 def check_runnable(scenario: Scenario) -> None:
     """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it).
-    Attributed conversions can always be summed into anonymous observations (DESIGN.md), not the reverse; a
+    Attributed conversions can always be summed into anonymous observations (docs/architecture.md), not the reverse; a
     policy that reads no feedback at all (uniform, fixed: the first baselines anyone draws) runs under any."""
     for i, spec in enumerate(scenario.policies):
         policy = make_policy_for(scenario, spec)
@@ -146,7 +146,7 @@ def simulate(scenario: Scenario, progress: Callable[[PolicySpec], Progress | Non
 
 
 def contract_json(scenario: Scenario, results: list[PolicyResult]) -> dict[str, Any]:
-    """Exactly the ``--json`` document of CONTRACT.md (standard deviations are across runs, ddof = 1)."""
+    """Exactly the ``--json`` document of docs/reference/ (standard deviations are across runs, ddof = 1)."""
     policies = {}
     for result in results:
         at = result.at(scenario.checkpoints)

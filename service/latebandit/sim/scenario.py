@@ -1,4 +1,4 @@
-"""Scenario files (CONTRACT.md, "A scenario file"): loading, validation and the normalised form.
+"""Scenario files (docs/reference/scenarios.md): loading, validation and the normalised form.
 
 Every mistake in a file becomes a ScenarioError whose message names the field, because the CLI shows it
 to the user as is (exit code 2) instead of a traceback. Time is in rounds: one decision per round,
@@ -197,7 +197,7 @@ def _feed(value: object, where: str) -> Feed:
     if kind != "plugin" or isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
         raise ScenarioError(f"{where}.gamma is the step exponent of feed 'plugin', a number in [0.5, 1]")
     if not 0.5 <= float(gamma) <= 1.0:
-        raise ScenarioError(f"{where}.gamma must be in [0.5, 1] (vernade2017.md App. D; got {_show(gamma)})")
+        raise ScenarioError(f"{where}.gamma must be in [0.5, 1] (Vernade et al. 2017, App. D; got {_show(gamma)})")
     return Feed(kind, float(gamma))
 
 
@@ -296,7 +296,7 @@ def _prior_parameter(value: object, key: str) -> float:
 
 def _spread(value: object) -> tuple[float, ...]:
     """An integer n (equal parts over n rounds) or the list of the parts' fractions, summing to 1 (a shape
-    of Wang 2021 §5.1, e.g. linearly decreasing; an infinite shape is given truncated)."""
+    of Wang et al. 2021, Figs. 2–4, e.g. linearly decreasing; an infinite shape is given truncated)."""
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
         count = _integer(value, "spread", 1)
         return (1.0 / count,) * count

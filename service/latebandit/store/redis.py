@@ -8,7 +8,7 @@ so a state change and its audit record are never separated by a crash.
 decision and a histogram of recent pulls that may be up to ``snapshot_interval`` seconds old. Ñ is
 evaluated when the histogram is read; pulls made since weigh 0 until the next read and ages stop
 advancing meanwhile, which under-counts Ñ by at most (decisions in the interval)·F(interval) +
-interval·Σ f(age), an optimistic error (vernade2017.md §3.4f).
+interval·Σ f(age), an optimistic error (docs/design-notes.md, "How Ñ is computed").
 """
 
 from __future__ import annotations

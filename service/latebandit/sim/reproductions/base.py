@@ -12,7 +12,7 @@ from latebandit.sim.runner import PolicyResult, Progress, check_runnable, contra
 from latebandit.sim.scenario import PolicySpec, Scenario
 
 DETERMINISTIC_TOLERANCE = 1e-6  # relative: the floor of the combined standard error
-Z_LIMIT = 2.0  # vernade2017.md §4.6(6): reproduced "within about 2 standard errors"
+Z_LIMIT = 2.0  # docs/reproductions.md: reproduced "within about 2 standard errors"
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def run_reproduction(
 def reproduction_json(
     reproduction: Reproduction, panels: list[Panel], results: Mapping[str, list[PolicyResult]], checks: list[Check]
 ) -> dict[str, Any]:
-    """Each panel in the CONTRACT.md simulate form, the references beside our numbers, and the checks."""
+    """Each panel in the simulate --json form (docs/reference/), the references beside our numbers, and the checks."""
     references: dict[str, Any] = {}
     for panel, rows in reproduction.references.items():
         for label, reference in rows.items():

@@ -1,11 +1,11 @@
 """Guha, Munagala & Pál, "Multi-armed bandit problems with delayed feedback": what the paper states, on
-our simulator (guha.md §4: the paper is theoretical and reports no experiment, so there are no curves to
-match; the numbers beside ours are the spec's exact computations, guha.md §6 T2–T3).
+our simulator (the paper is theoretical and reports no experiment, so there are no curves to
+match; the numbers beside ours are exact values computed by a joint DP, docs/reproductions.md).
 
-- ``guha-lp-gap``: two Beta(1, 1) arms at the spec's small settings. The feasible policy's expected reward
+- ``guha-lp-gap``: two Beta(1, 1) arms at small settings (exact optimum known). The feasible policy's expected reward
   against the Block+Stream LP bound (the relaxation it rounds) and the exact Bayes-optimal OPT_delay; the
   paper's guarantee is a constant fraction of OPT (½ of LP1 when δ = 0, Theorem 2).
-- ``guha-bayes-regret``: the experiment guha.md §4.2 proposes, reduced to what plans in minutes: Bayesian
+- ``guha-bayes-regret``: the experiment docs/reproductions.md proposes, reduced to what plans in minutes: Bayesian
   regret averaged over prior draws, K ∈ {2, 5}, T = 100, fixed δ ∈ {0, 5, 20} and a geometric delay with
   the same 95 % quantile as δ = 20, against Thompson and KL-UCB, delay-naive and delay-corrected.
 """
@@ -21,7 +21,7 @@ from latebandit.sim.scenario import scenario_from_mapping
 
 PAPER = "guha"
 SEED = 2013
-# guha.md §6 T2 (δ = 0) and T3: the exact Bayes-optimal value of two Beta(1, 1) arms under delay δ.
+# The exact Bayes-optimal value of two Beta(1, 1) arms under delay δ.
 OPT_DELAY = {(10, 0): 6.021786, (4, 1): 2.166667, (6, 1): 3.394444, (8, 1): 4.638492, (8, 2): 4.515278,
              (10, 2): 5.773770}  # fmt: skip
 REGRET_HORIZON = 100
@@ -98,14 +98,14 @@ def _regret_panels(runs: int) -> list[Panel]:
 
 def _regret_checks(results: Results) -> list[Check]:
     """The paper claims no regret and no comparison with Thompson sampling or KL-UCB: only a constant fraction
-    of the Bayes-optimal reward (Theorems 2 and 3), which guha-lp-gap checks. This experiment is the spec's
-    proposal (§4.2 [ours]), whose expected shape is "about Thompson sampling at δ = 0, better as δ/T grows".
+    of the Bayes-optimal reward (Theorems 2 and 3), which guha-lp-gap checks. This experiment is our own
+    proposal, whose expected shape is "about Thompson sampling at δ = 0, better as δ/T grows".
     What holds at defaults (1,000 runs, T = 100): with posterior order (priority 1) the policy is never above
-    delay-naive Thompson sampling, the spec's baseline, in any panel, and that is what is checked. The LP's
+    delay-naive Thompson sampling, the natural baseline, in any panel, and that is what is checked. The LP's
     fixed priority order (the default, as the rounding's analysis orders arms) costs 0.5 to 1.3 regret on two
     arms at δ <= 5 (it serves the arm whose LP share remains before a better-looking one), and delay-naive
-    KL-UCB, a stronger baseline than the spec's UCB1, beats both orders by 2.3 ± 0.5 at K = 5, δ = 20: both
-    are reported in docs/reproductions.md, not checked, since no claim of the paper or the spec covers them."""
+    KL-UCB, a stronger baseline than UCB1, beats both orders by 2.3 ± 0.5 at K = 5, δ = 20: both
+    are reported in docs/reproductions.md, not checked, since no claim of the paper covers them."""
     checks = []
     for arms in (2, 5):
         for name in REGRET_DELAYS:
@@ -116,7 +116,7 @@ def _regret_checks(results: Results) -> list[Check]:
             checks.append(
                 Check(
                     f"{panel}: guha-bayes posterior-order's Bayesian regret is not above delay-naive Thompson "
-                    "sampling's (paired, 2 SE; guha.md §4.2 baseline 4)",
+                    "sampling's (paired, 2 SE)",
                     f"difference {difference:+.2f} ± {se:.2f}",
                     difference <= 2 * se,
                 )
@@ -127,26 +127,26 @@ def _regret_checks(results: Results) -> list[Check]:
 GAP = Reproduction(
     name="guha-lp-gap",
     paper=PAPER,
-    figure="§4 and Theorem 2: the feasible policy against the LP bound and OPT (guha.md §6 T2–T3)",
+    figure="§4 and Theorem 2: the feasible policy against the LP bound and OPT (exact joint DP)",
     setting="Two Bernoulli arms with θ ~ Beta(1, 1) drawn per run, fixed delay δ (outcome usable δ + 1 rounds "
-    "after the play), the spec's (T, δ) pairs; expected reward = T·2/3 − Bayesian regret.",
+    "after the play), small (T, δ) pairs; expected reward = T·2/3 − Bayesian regret.",
     claim="Rounding the LP over single-arm policies gives a feasible policy within a constant factor of OPT "
     "(½ of LP1 without delay); LP_BlockStream bounds every policy that keeps its arms in the family.",
     runs=20_000,
     panels=_gap_panels,
     references={},
-    reference_source="guha.md §6 T2–T3: OPT_delay by exact joint DP (the paper prints no numbers)",
+    reference_source="OPT_delay by exact joint DP (the paper prints no numbers)",
     checks=_gap_checks,
 )
 REGRET = Reproduction(
     name="guha-bayes-regret",
     paper=PAPER,
-    figure="guha.md §4.2 proposed experiment (the paper has none)",
+    figure="our proposed experiment (the paper has none)",
     setting=f"K ∈ {{2, 5}} Bernoulli arms, θ ~ Beta(1, 1) per run, T = {REGRET_HORIZON}, fixed delays 0, 5, 20 "
     "and a geometric delay (p = 0.14, 95 % quantile 19 rounds); guha-bayes with params {} (δ = the 95 % quantile), "
     "and with priority 1 (the wanting arm of highest posterior mean first instead of the LP's fixed order).",
-    claim="None in the paper (it proves a constant fraction of OPT, see guha-lp-gap). The spec expects the Bayesian "
-    "policy about as good as Thompson sampling at δ = 0 and better as δ/T grows (guha.md §4.2, expected shape).",
+    claim="None in the paper (it proves a constant fraction of OPT, see guha-lp-gap). We expect the Bayesian "
+    "policy about as good as Thompson sampling at δ = 0 and better as δ/T grows (our expected shape).",
     runs=1000,
     panels=_regret_panels,
     references={},

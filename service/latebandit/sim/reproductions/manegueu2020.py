@@ -1,20 +1,20 @@
-"""Manegueu, Vernade, Carpentier & Valko (ICML 2020): every experiment of ../shared/algorithms/manegueu2020.md §4.
+"""Manegueu, Vernade, Carpentier & Valko (ICML 2020): every experiment of the paper's §8.
 
-The paper's figures are images without numbers; the references beside ours are the spec's re-simulation
-(§4.4, [sim]). Our conventions, where they differ from the spec's (§4.5 item 7 asks to state them):
+The paper's figures are images without numbers; the references beside ours are an independent
+re-simulation made from the paper ("the reference"). Our conventions, where they differ from the reference's:
 
-- Timing: a delay of ⌈D⌉ rounds is seen at the decision of round s + ⌈D⌉ + 1 (vernade2017.md §1.5), one round
-  later than the spec's §1.6. Pareto-I delays (scale 1, D >= 1) then give P(unseen at age a) = a^−α exactly
+- Timing: a delay of ⌈D⌉ rounds is seen at the decision of round s + ⌈D⌉ + 1 (Vernade et al. 2017), one round
+  later than the reference's. Pareto-I delays (scale 1, D >= 1) then give P(unseen at age a) = a^−α exactly
   at our ages a = n − 1 − s, so Assumption 1 holds with equality in the unit the age-aware bound uses; it
-  is the spec's convention A with every delay one round longer.
+  is the reference's convention with every delay one round longer.
 - Section 8.3 arm 1 is the mixture 0.4314·fixed(0) + 0.5686·Pareto-I(0.3, scale 2): P(D > 0) = 0.5686 as the
-  spec's sampler, and P(D > m) = 0.7·(m/2)^−0.3·2^−0.3 (the spec: 0.7·(1 + m)^−0.3), one round apart again.
+  reference's sampler, and P(D > m) = 0.7·(m/2)^−0.3·2^−0.3 (the reference: 0.7·(1 + m)^−0.3), one round apart again.
 - D-UCB's plug-in τ: the simulator's DelayedUCB feed uses each arm's true CDF, which would correct exactly the
   arm-dependence the paper exposes. The paper gives both arms τ = Pareto(0.7); a τ shared by the arms only
-  rescales them together (§2.6), so we feed τ ≡ 1 inside the window (label "τ̂≡1"): the same limit arm,
+  rescales them together, so we feed τ ≡ 1 inside the window (label "τ̂≡1"): the same limit arm,
   argmax μ_k·τ_k(m), and a Hoeffding width sqrt(β/(2N)) instead of sqrt(Nβ/2)/Ñ.
 - PB uses the paper's term 2·N^−min(α,1/2) and L = log(2K·T³) with the horizon T (age_aware 0); "pb-age"
-  is the age-aware extension (§2.7 b) with ψ(a) = min(1, a^−α) in rounds.
+  is our age-aware extension with ψ(a) = min(1, a^−α) in rounds.
 - Fewer runs than the paper by default, to keep each reproduction near a minute on two shared cores; the
   setting line says how many, and --runs restores the paper's.
 """
@@ -40,7 +40,7 @@ from latebandit.sim.runner import mean_and_error
 from latebandit.sim.scenario import scenario_from_mapping
 
 PAPER = "manegueu2020"
-SOURCE = "manegueu2020.md §4.4 (the spec's re-simulation; the paper prints no numbers)"
+SOURCE = "an independent re-simulation (the reference; the paper prints no numbers)"
 SEED = 2020
 
 
@@ -102,12 +102,12 @@ def _fig2_checks(results: Results) -> list[Check]:
     spread = max(finals) - min(finals)
     return [
         Check(
-            "U-shape: the regret is smallest at an interior α (paper: near min α_i = 0.3; spec sim: 0.12–0.16)",
+            "U-shape: the regret is smallest at an interior α (paper: near min α_i = 0.3; reference sim: 0.12–0.16)",
             f"minimum {finals[best]:.1f} at α = {FIG2_ALPHAS[best]:g}; ends {finals[0]:.1f} / {finals[-1]:.1f}",
             bool(0 < best < len(FIG2_ALPHAS) - 1),
         ),
         Check(
-            "shallow: the whole curve spans a few units of regret (spec §4.5 item 4: ≈ 2.5)",
+            "shallow: the whole curve spans a few units of regret (reference: ≈ 2.5)",
             f"range {spread:.1f}",
             bool(spread < 10.0),
         ),
@@ -134,7 +134,7 @@ FIG2 = Reproduction(
 FIG3_T = 3000
 FIG3_GAPS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6)
 FIG3_TAILS = (0.2, 0.3, 0.5, 0.8)
-FIG3_REFERENCE = {  # §4.4, R_T by Δ (rows) and α₂ (columns 0.2, 0.3, 0.5, 0.8)
+FIG3_REFERENCE = {  # the reference: R_T by Δ (rows) and α₂ (columns 0.2, 0.3, 0.5, 0.8)
     0.02: (36.5, 33.1, 29.6, 27.8),
     0.05: (87.7, 76.8, 64.3, 59.8),
     0.1: (160.8, 132.7, 102.0, 94.5),
@@ -195,7 +195,7 @@ FIG3 = Reproduction(
     figure="Fig. 3, PB's regret against the gap Δ for several α₂",
     setting=f"K = 2, μ = (0.4, 0.4 + Δ) (the body text; the caption's 0.5 + Δ exceeds 1), α₁ = 1, α₂ in "
     f"{list(FIG3_TAILS)}, PB(α = α₂), T = {FIG3_T}, Δ in {list(FIG3_GAPS)} (the paper's step is not given; 0.4 "
-    "of the spec's α₂ grid is left out for time); 30 runs per cell by default (paper: not stated).",
+    "of the reference's α₂ grid is left out for time); 30 runs per cell by default (paper: not stated).",
     claim="For each α₂ the regret rises then falls with Δ; a smaller α₂ gives a larger regret, peaking higher "
     "and at a larger Δ.",
     runs=30,
@@ -213,7 +213,7 @@ FIG3 = Reproduction(
 
 FIG45_T = 10_000
 FIG45_CHECKPOINTS = (500, 1000, 2000, 3000, 5000, 10_000)
-PB_AGE_AT = 3000  # the spec gives the age-aware extension at T = 3000 only
+PB_AGE_AT = 3000  # the reference gives the age-aware extension at T = 3000 only
 WINDOWS = (10, 50, 100, 200)
 HOMOGENEOUS = [pareto(0.7), pareto(0.7)]
 HETEROGENEOUS = [pareto(1.0), pareto(0.3)]
@@ -239,9 +239,9 @@ def _fig4_checks(results: Results) -> list[Check]:
     best_ducb = min(_ducb(results, "homogeneous", m).mean() for m in WINDOWS)
     return [
         Check(
-            "homogeneous delays: PB 'comparable' to D-UCB (the spec's re-simulation finds D-UCB ≈ 10× better)",
+            "homogeneous delays: PB 'comparable' to D-UCB (the reference re-simulation finds D-UCB ≈ 10× better)",
             f"best PB {best_pb:.1f}, best D-UCB {best_ducb:.1f}, ratio {best_pb / best_ducb:.1f}",
-            bool(best_pb / best_ducb > 2.0),  # we check the spec's finding, not the paper's claim
+            bool(best_pb / best_ducb > 2.0),  # we check the reference's finding, not the paper's claim
         )
     ]
 
@@ -281,7 +281,7 @@ def _fig5_checks(results: Results) -> list[Check]:
 def _fig45_references(
     name: str, patient: dict[str, tuple[float, ...]], ducb: dict[int, tuple[float, ...]], age_aware: float
 ) -> dict[str, dict[str, Reference]]:
-    """The spec's §4.4 rows at FIG45_CHECKPOINTS (its D-UCB used τ = Pareto(0.7); ours τ̂ ≡ 1, same limit)."""
+    """The reference's rows at FIG45_CHECKPOINTS (its D-UCB used τ = Pareto(0.7); ours τ̂ ≡ 1, same limit)."""
     out = {f"{name}: PB": {label: Reference(FIG45_CHECKPOINTS, values) for label, values in patient.items()}}
     out[f"{name}: PB"]["pb-age(0.5)"] = Reference((PB_AGE_AT,), (age_aware,))
     for window, values in ducb.items():
@@ -294,8 +294,8 @@ FIG4 = Reproduction(
     paper=PAPER,
     figure="Fig. 4, homogeneous delays: PB against D-UCB at m = 10, 50, 100, 200",
     setting=f"K = 2, μ = (0.6, 0.8), Pareto-I α = (0.7, 0.7), T = {FIG45_T:,} (the paper's is not stated; the "
-    "spec's), PB(0.1), PB(0.5), age-aware PB(0.5); D-UCB censored at m with τ̂ ≡ 1 (module docstring); 20 runs "
-    "by default (spec: 100).",
+    "reference's), PB(0.1), PB(0.5), age-aware PB(0.5); D-UCB censored at m with τ̂ ≡ 1 (module docstring); 20 runs "
+    "by default (reference: 100).",
     claim="PB and D-UCB are comparable, especially when well tuned; D-UCB knows the CDF.",
     runs=20,
     panels=lambda runs: _fig45_panels("homogeneous", HOMOGENEOUS, runs),
@@ -367,7 +367,7 @@ def _fig6_checks(results: Results) -> list[Check]:
     finals = {label: result_of(results, FIG6_PANEL, label).final.mean() for label in ("pb(0.1)", "pb(0.3)", "pb(0.6)")}
     return [
         Check(
-            "read literally, APB is PB(α_lo): α_t's lower bound never clears α_lo = 0.1 (spec §2.4), so every run "
+            "read literally, APB is PB(α_lo): α_t's lower bound never clears α_lo = 0.1, so every run "
             "is identical to PB(0.1) with APB's two initial pulls per arm",
             "identical" if identical else "differ",
             identical,
@@ -378,7 +378,7 @@ def _fig6_checks(results: Results) -> list[Check]:
             bool(mean < -2 * se),
         ),
         Check(
-            "ordering on this instance (spec §4.4; the paper's PB(0.3) < APB < PB(0.1), PB(0.6) is not reproduced)",
+            "ordering on this instance (reference; the paper's PB(0.3) < APB < PB(0.1), PB(0.6) is not reproduced)",
             " / ".join(f"{label} {value:.0f}" for label, value in finals.items()),
             bool(finals["pb(0.6)"] < finals["pb(0.3)"] < finals["pb(0.1)"]),
         ),
@@ -391,7 +391,7 @@ FIG6 = Reproduction(
     figure="Figs. 6–7, Adapt-PatientBandits against PB(0.1 / 0.3 / 0.6)",
     setting=f"K = 2, μ = (0.6, 0.8); arm 1: P(D > 0) = 0.5686 with a Pareto(0.3) tail (Section 8.3), arm 2: "
     f"Pareto-I 0.3; T = {FIG6_T:,}; APB with α_lo = 0.1, c = 0.7, μ_lo = 0.6, read literally (estimator 0) and as "
-    "the spec recommends (estimator 1); 20 runs by default (paper: 100).",
+    "the reference recommends (estimator 1); 20 runs by default (paper: 100).",
     claim="α_t eventually converges to 0.3; APB is slightly worse than the oracle PB(0.3) and better than "
     "PB(0.1) and PB(0.6).",
     runs=20,

