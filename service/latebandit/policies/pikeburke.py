@@ -23,7 +23,11 @@ Choices made here, where the spec leaves room:
   forget every elimination and, with a first epoch shorter than one arm's block, cut the first block at
   the epoch's end and start again on the same arm: the first arm for ever. Raising T only lengthens the
   later phases (n_m grows with ln T), so each elimination still holds with the confidence of the T of
-  its own phase.
+  its own phase. Without a horizon a phase plays its blocks highest estimate first: Q5 allows any order
+  fixed at the phase's start; wherever the campaign is stopped, the phase under way has then spent its
+  slots on the likely best arms first (in arm-id order the worst arm could open every phase: at E[τ] =
+  300 slots, means 0.3 / 0.5 / 0.4, that was 1.4x uniform's regret after 100,000 slots), and the
+  leader's block follows the bridge on the leader, so no other arm's reward leaks into it.
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from latebandit.delays.facts import FACT_PARAMS
 from latebandit.policies.base import EPS_N, TIE_RTOL, ArmStats, Choice, Param, Policy, Setting, uniform_among
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State, leader
+
+DELAY_SHARE_LIMIT = 0.99  # the largest share of the first phase the delay may take (cannot_learn)
 
 
 def tolerance(m: int) -> float:
@@ -63,6 +70,48 @@ class Odaaf(SchedulePolicy):
     def n(self, m: int, horizon: int) -> float:
         """n_m of §2.2."""
         return samples_needed(tolerance(m), log_term(horizon, m), 6.0 * m * self._params["mean_delay"])
+
+    def first_block(self) -> int:
+        """N_1: how many slots every arm is played before the first elimination (deterministic)."""
+        return int(self.plan(None, [], [], np.random.default_rng(0)).state["samples"])
+
+    def scaled_delay(self, factor: float) -> Odaaf:
+        """The same policy with every delay fact scaled as the delay: E[τ] and d by ``factor``, V by its square."""
+        params = dict(self._params)
+        for name in FACT_PARAMS:
+            if name in params:
+                params[name] *= factor**2 if name == "delay_variance" else factor
+        return type(self)(self.n_arms, None, **params)
+
+    def delay_share(self) -> float:
+        """The share of the first phase that is there only for the delay: 1 − N_1(no delay) / N_1."""
+        return 1.0 - self.scaled_delay(0.0).first_block() / self.first_block()
+
+    def cannot_learn(self) -> str | None:
+        """Refused where the delay is more than DELAY_SHARE_LIMIT of the first phase. Every arm then plays
+        N_1 slots mostly to absorb the delay (the n_m of §2.2–2.4 grow with E[τ], as the regret of §5 and
+        App. F does), before an elimination that at Δ̃_1 = 1/2 can only drop arms half the reward range
+        worse: the service would spend hours on rounds of blocks no better than uniform play. The bound on
+        the mean delay that would do is reported, in slots."""
+        share = self.delay_share()
+        if share <= DELAY_SHARE_LIMIT:
+            return None
+        low, high = 0.0, 1.0
+        for _ in range(40):  # the largest delay scale whose share is within the limit (the share grows with it)
+            middle = (low + high) / 2
+            low, high = (
+                (middle, high) if self.scaled_delay(middle).delay_share() <= DELAY_SHARE_LIMIT else (low, middle)
+            )
+        mean = self._params["mean_delay"]
+        return (
+            f"policy {self.name!r} cannot learn at this delay: a mean delay of {mean:,.0f} slots makes it play each "
+            f"arm {self.first_block():,} slots before its first elimination, {share:.1%} of them only to absorb the "
+            f"delay (its block sums would mostly hold the rewards of the arm played before). It learns where the mean "
+            f"delay is at most about {mean * low:,.0f} slots: with one decision per slot, a delay that short at the "
+            "declared decisions_per_second; or set slot_seconds so that the mean delay is that many slots (with "
+            "reward_cap about a slot's 99th-percentile total); or, if conversions carry their decision id, use "
+            "qpm-d or a policy for attributed conversions"
+        )
 
     def fresh(self) -> State:
         """Before the first phase; ``epoch``: the doubling ℓ of the T the phases are planned for."""
@@ -105,11 +154,13 @@ class Odaaf(SchedulePolicy):
         return {**state, "m": m + 1, "active": survivors, "phase_open": False}, bridge
 
     def _next_phase(self, state: State, played: int, prefix: list[Segment]) -> Plan:
-        """The blocks of phase m over the active arms in arm-id order (Q5), or the leader for good."""
+        """The blocks of phase m over the active arms, or the leader for good. The order (Q5): arm ids with a
+        given horizon (the paper's figures), highest estimate first without one."""
         m, active = state["m"], state["active"]
         start = played + sum(segment.slots for segment in prefix)
         if len(active) == 1:
             return self._exploit(state, prefix)
+        order = active
         if self._params["horizon"]:
             horizon = self._int_param("horizon")
             target = self._target(state, horizon)
@@ -122,14 +173,20 @@ class Odaaf(SchedulePolicy):
             horizon = self.epoch_horizon(epoch)
             state = {**state, "epoch": epoch}
             target = self._target(state, horizon)
+            order = self._by_estimate(state, active)
         nu = target - state["samples"]
         room = horizon - start  # a phase cut at a given T (Q3): the arms after the cut get no block
         blocks = [
-            Segment(arm, min(nu, room - i * nu), True, kind="block") for i, arm in enumerate(active) if room > i * nu
+            Segment(arm, min(nu, room - i * nu), True, kind="block") for i, arm in enumerate(order) if room > i * nu
         ]
         hold = Segment(self._leader(state, active), 1, False, kind="hold")
         state = {**state, "samples": target, "nu": nu, "phase_open": True}
         return Plan((*prefix, *blocks), hold, Next.CLOSED, state)
+
+    def _by_estimate(self, state: State, active: Sequence[int]) -> list[int]:
+        """The active arms, highest estimate first (unplayed arms after, each group by id)."""
+        reward, slots = state["reward"], state["slots"]
+        return sorted(active, key=lambda arm: -reward[arm] / slots[arm] if slots[arm] > 0 else math.inf)
 
     def _target(self, state: State, horizon: int) -> int:
         """N_m for a horizon T (never fewer than the slots every active arm has already)."""

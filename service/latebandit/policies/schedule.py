@@ -123,6 +123,11 @@ class SchedulePolicy(Policy):
     ) -> Plan:
         """The next plan. ``state`` is None for the first plan of a campaign."""
 
+    def cannot_learn(self) -> str | None:
+        """Why this policy, with these parameters, could not learn from its sums (a campaign is refused
+        with it), or None."""
+        return None
+
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         raise TypeError(f"policy {self.name!r} plays planned segments: use plan(), not choose()")
 
