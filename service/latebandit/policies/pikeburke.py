@@ -92,7 +92,8 @@ class Odaaf(SchedulePolicy):
         N_1 slots mostly to absorb the delay (the n_m of §2.2–2.4 grow with E[τ], as the regret of §5 and
         App. F does), before an elimination that at Δ̃_1 = 1/2 can only drop arms half the reward range
         worse: the service would spend hours on rounds of blocks no better than uniform play. The bound on
-        the mean delay that would do is reported, in slots."""
+        the mean delay that passes this check is reported, in slots (passing it is necessary, not enough:
+        the arms must also be far apart on the reward scale, docs/algorithms/pike-burke.md)."""
         share = self.delay_share()
         if share <= DELAY_SHARE_LIMIT:
             return None
@@ -106,11 +107,12 @@ class Odaaf(SchedulePolicy):
         return (
             f"policy {self.name!r} cannot learn at this delay: a mean delay of {mean:,.0f} slots makes it play each "
             f"arm {self.first_block():,} slots before its first elimination, {share:.1%} of them only to absorb the "
-            f"delay (its block sums would mostly hold the rewards of the arm played before). It learns where the mean "
-            f"delay is at most about {mean * low:,.0f} slots: with one decision per slot, a delay that short at the "
-            "declared decisions_per_second; or set slot_seconds so that the mean delay is that many slots (with "
-            "reward_cap about a slot's 99th-percentile total); or, if conversions carry their decision id, use "
-            "qpm-d or a policy for attributed conversions"
+            f"delay (its block sums would mostly hold the rewards of the arm played before). The delay stays within "
+            f"{DELAY_SHARE_LIMIT:.0%} of that block where the mean delay is at most about {mean * low:,.0f} slots: "
+            "with one decision per slot, a delay that short at the declared decisions_per_second; or set "
+            "slot_seconds so that the mean delay is that many slots (with reward_cap about a slot's 99th-percentile "
+            "total); or, if conversions carry their "
+            "decision id, use qpm-d or a policy for attributed conversions"
         )
 
     def fresh(self) -> State:
