@@ -105,6 +105,9 @@ class CampaignSpec(BaseModel):
             raise ValueError(f"delay: {error}") from error
         policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot)
         check_floor(policy, self.exploration_floor)
+        new = type(self) is CampaignSpec  # a request; a stored campaign made before a refusal rule still loads
+        if new and isinstance(policy, SchedulePolicy) and (reason := policy.cannot_learn()) is not None:
+            raise ValueError(reason)
         if policy.needs_band():
             raise ValueError(
                 f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "

@@ -11,24 +11,38 @@ Choices made here, where the paper leaves room:
   regret than the first active arm in a reference run); plain ODAAF has none (the paper's
   experiments). In the service the next phase starts only once the feedback of the phase's blocks is
   complete; until then the provisional leader is held (a discarded segment: a longer bridge is safe).
-- Phasing stops when T·Δ̃_m² <= e (Q2) or one arm is left (Q6); the leader is then played to the horizon.
-- With no horizon, doubling epochs T_ℓ = first_epoch·2^ℓ (Q7): each is a fresh ODAAF, preceded by a
-  bridge of max(d, ⌈10·E[τ]⌉) slots on the previous leader so that old rewards do not land in its first
-  block (10 mean delays: at most e^−10 of an exponential delay's mass leaks).
+- Phasing stops when one arm is left (Q6): it is played for good; with a given horizon also when
+  T·Δ̃_m² <= e (Q2). A phase that does not fit before a given T is cut there (Q3), in arm-id order, as
+  the paper's Algorithm 1 does and §5's figures measure (ODAAF-V ends above ODAAF with exponential
+  delays because its cut phase plays the worse arm). When T is too short for the phase that separates
+  the arms, ODAAF plays blocks in turn and the cut one can cost more than uniform play: see
+  docs/algorithms/pike-burke.md.
+- With no horizon (the service), the paper (§3, Algorithm 1 takes T) gives no anytime version. We keep
+  one run of phases and double the T of L_m = ln(T·Δ̃_m²) before a phase until that phase's blocks fit
+  before it: T_ℓ = first_epoch·2^ℓ (the doubling trick, Q7, without its restarts). A restart would
+  forget every elimination and, with a first epoch shorter than one arm's block, cut the first block at
+  the epoch's end and start again on the same arm: the first arm for ever. Raising T only lengthens the
+  later phases (n_m grows with ln T), so each elimination still holds with the confidence of the T of
+  its own phase. Without a horizon a phase plays its blocks highest estimate first: Q5 allows any order
+  fixed at the phase's start; wherever the campaign is stopped, the phase under way has then spent its
+  slots on the likely best arms first (in arm-id order the worst arm could open every phase: at E[τ] =
+  300 slots, means 0.3 / 0.5 / 0.4, that was 1.4x uniform's regret after 100,000 slots), and the
+  leader's block follows the bridge on the leader, so no other arm's reward leaks into it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.policies.base import EPS_N, TIE_RTOL, ArmStats, Choice, Param, Policy, uniform_among
+from latebandit.delays.facts import FACT_PARAMS
+from latebandit.policies.base import EPS_N, TIE_RTOL, ArmStats, Choice, Param, Policy, Setting, uniform_among
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State, leader
 
-EPOCH_BRIDGE_MEANS = 10.0  # mean delays of bridge before a new doubling epoch
+DELAY_SHARE_LIMIT = 0.99  # the largest share of the first phase the delay may take (cannot_learn)
 
 
 def tolerance(m: int) -> float:
@@ -57,14 +71,54 @@ class Odaaf(SchedulePolicy):
         """n_m of §2.2."""
         return samples_needed(tolerance(m), log_term(horizon, m), 6.0 * m * self._params["mean_delay"])
 
-    def bridge_slots(self) -> int:
-        """The bridge before a new doubling epoch."""
-        longest = math.ceil(self._params.get("max_delay", 0.0))
-        return max(longest, math.ceil(EPOCH_BRIDGE_MEANS * self._params["mean_delay"]), 1)
+    def first_block(self) -> int:
+        """N_1: how many slots every arm is played before the first elimination (deterministic)."""
+        return int(self.plan(None, [], [], np.random.default_rng(0)).state["samples"])
 
-    def fresh(self, epoch: int) -> State:
+    def scaled_delay(self, factor: float) -> Odaaf:
+        """The same policy with every delay fact scaled as the delay: E[τ] and d by ``factor``, V by its square."""
+        params = dict(self._params)
+        for name in FACT_PARAMS:
+            if name in params:
+                params[name] *= factor**2 if name == "delay_variance" else factor
+        return type(self)(self.n_arms, None, **params)
+
+    def delay_share(self) -> float:
+        """The share of the first phase that is there only for the delay: 1 − N_1(no delay) / N_1."""
+        return 1.0 - self.scaled_delay(0.0).first_block() / self.first_block()
+
+    def cannot_learn(self) -> str | None:
+        """Refused where the delay is more than DELAY_SHARE_LIMIT of the first phase. Every arm then plays
+        N_1 slots mostly to absorb the delay (the n_m of §2.2–2.4 grow with E[τ], as the regret of §5 and
+        App. F does), before an elimination that at Δ̃_1 = 1/2 can only drop arms half the reward range
+        worse: the service would spend hours on rounds of blocks no better than uniform play. The bound on
+        the mean delay that passes this check is reported, in slots (passing it is necessary, not enough:
+        the arms must also be far apart on the reward scale, docs/algorithms/pike-burke.md)."""
+        share = self.delay_share()
+        if share <= DELAY_SHARE_LIMIT:
+            return None
+        low, high = 0.0, 1.0
+        for _ in range(40):  # the largest delay scale whose share is within the limit (the share grows with it)
+            middle = (low + high) / 2
+            low, high = (
+                (middle, high) if self.scaled_delay(middle).delay_share() <= DELAY_SHARE_LIMIT else (low, middle)
+            )
+        mean = self._params["mean_delay"]
+        return (
+            f"policy {self.name!r} cannot learn at this delay: a mean delay of {mean:,.0f} slots makes it play each "
+            f"arm {self.first_block():,} slots before its first elimination, {share:.1%} of them only to absorb the "
+            f"delay (its block sums would mostly hold the rewards of the arm played before). The delay stays within "
+            f"{DELAY_SHARE_LIMIT:.0%} of that block where the mean delay is at most about {mean * low:,.0f} slots: "
+            "with one decision per slot, a delay that short at the declared decisions_per_second; or set "
+            "slot_seconds so that the mean delay is that many slots (with reward_cap about a slot's 99th-percentile "
+            "total); or, if conversions carry their "
+            "decision id, use qpm-d or a policy for attributed conversions"
+        )
+
+    def fresh(self) -> State:
+        """Before the first phase; ``epoch``: the doubling ℓ of the T the phases are planned for."""
         arms = self.n_arms
-        return {"epoch": epoch, "m": 1, "active": list(range(arms)), "samples": 0, "nu": 0, "phase_open": False,
+        return {"epoch": 0, "m": 1, "active": list(range(arms)), "samples": 0, "nu": 0, "phase_open": False,
                 "closed": 0, "slots": [0] * arms, "reward": [0.0] * arms}  # fmt: skip
 
     def plan(
@@ -72,17 +126,12 @@ class Odaaf(SchedulePolicy):
     ) -> Plan:
         """Deterministic: ``rng`` is not used (the schedule is the same in every run, §5)."""
         if state is None:
-            return self._next_phase(self.fresh(0), 0, [])
+            return self._next_phase(self.fresh(), 0, [])
         state = self._fold(state, closed)
         played = state["closed"] + sum(item.slots for item in open_)
         prefix: list[Segment] = []
         if state["phase_open"]:
             state, prefix = self._eliminate(state)
-        if not self._params["horizon"] and played >= self.epoch_horizon(state["epoch"]):
-            fresh = self.fresh(state["epoch"] + 1)
-            fresh["closed"] = state["closed"] - played  # slots still open belong to the epoch that ends
-            bridge = Segment(self._leader(state, state["active"]), self.bridge_slots(), False, kind="bridge")
-            return self._next_phase(fresh, 0, [bridge])
         return self._next_phase(state, played, prefix)
 
     def _fold(self, state: State, closed: Sequence[Observed]) -> State:
@@ -107,30 +156,53 @@ class Odaaf(SchedulePolicy):
         return {**state, "m": m + 1, "active": survivors, "phase_open": False}, bridge
 
     def _next_phase(self, state: State, played: int, prefix: list[Segment]) -> Plan:
-        """The blocks of phase m over the active arms in arm-id order (Q5), cut at the horizon (Q3)."""
-        horizon = self.epoch_horizon(state["epoch"])
+        """The blocks of phase m over the active arms, or the leader for good. The order (Q5): arm ids with a
+        given horizon (the paper's figures), highest estimate first without one."""
         m, active = state["m"], state["active"]
-        room = horizon - played - sum(segment.slots for segment in prefix)
-        if len(active) == 1 or horizon * tolerance(m) ** 2 <= math.e or room <= 0:
-            return self._exploit(state, room, prefix)
-        target = max(math.ceil(self.n(m, horizon)), state["samples"])
+        start = played + sum(segment.slots for segment in prefix)
+        if len(active) == 1:
+            return self._exploit(state, prefix)
+        order = active
+        if self._params["horizon"]:
+            horizon = self._int_param("horizon")
+            target = self._target(state, horizon)
+            if horizon * tolerance(m) ** 2 <= math.e or start >= horizon:
+                return self._exploit(state, prefix)
+        else:
+            epoch = state["epoch"]
+            while not self._fits(state, self.epoch_horizon(epoch), start):
+                epoch += 1
+            horizon = self.epoch_horizon(epoch)
+            state = {**state, "epoch": epoch}
+            target = self._target(state, horizon)
+            order = self._by_estimate(state, active)
         nu = target - state["samples"]
-        blocks = []
-        for arm in active:
-            if room > 0:
-                blocks.append(Segment(arm, min(nu, room), True, kind="block"))
-            room -= nu
+        room = horizon - start  # a phase cut at a given T (Q3): the arms after the cut get no block
+        blocks = [
+            Segment(arm, min(nu, room - i * nu), True, kind="block") for i, arm in enumerate(order) if room > i * nu
+        ]
         hold = Segment(self._leader(state, active), 1, False, kind="hold")
         state = {**state, "samples": target, "nu": nu, "phase_open": True}
         return Plan((*prefix, *blocks), hold, Next.CLOSED, state)
 
-    def _exploit(self, state: State, room: int, prefix: list[Segment]) -> Plan:
-        """The leader of the active arms to the end of the epoch (for good with a given horizon)."""
+    def _by_estimate(self, state: State, active: Sequence[int]) -> list[int]:
+        """The active arms, highest estimate first (unplayed arms after, each group by id)."""
+        reward, slots = state["reward"], state["slots"]
+        return sorted(active, key=lambda arm: -reward[arm] / slots[arm] if slots[arm] > 0 else math.inf)
+
+    def _target(self, state: State, horizon: int) -> int:
+        """N_m for a horizon T (never fewer than the slots every active arm has already)."""
+        return max(math.ceil(self.n(state["m"], horizon)), state["samples"])
+
+    def _fits(self, state: State, horizon: int, start: int) -> bool:
+        """Whether phase m, planned for T = ``horizon`` from slot ``start``, ends before T with L_m > 1."""
+        new = self._target(state, horizon) - state["samples"]
+        return horizon * tolerance(state["m"]) ** 2 > math.e and start + len(state["active"]) * new <= horizon
+
+    def _exploit(self, state: State, prefix: list[Segment]) -> Plan:
+        """The leader of the active arms, for good."""
         best = Segment(self._leader(state, state["active"]), 1, False, kind="exploit")
-        if self._params["horizon"]:
-            return Plan(tuple(prefix), best, Next.NEVER, state)
-        rest = Segment(best.arm, max(room, 1), False, kind="exploit")
-        return Plan((*prefix, rest), best, Next.PLAYED, state)
+        return Plan(tuple(prefix), best, Next.NEVER, state)
 
 
 class OdaafB(Odaaf):
@@ -164,21 +236,32 @@ class QpmD(Policy):
     """QPM-D of Joulani, György & Szepesvári (2013) with UCB1 as the base, the attributed baseline of
     Pike-Burke 2018 (§3). The base only learns a pull's reward once it is resolved, and while its
     recommended arm's reward is outstanding it keeps recommending it. We play the argmax of UCB1 over
-    *all* resolved pulls: S/R + sqrt(2·ln t_b / R), R = pulls − pending, t_b = Σ R. The original feeds an
+    *all* resolved pulls: S/R + sqrt(2·ln t_b / R), R = resolved pulls, t_b = Σ R. The original feeds an
     arm's queued rewards only when the base asks for that arm, so its counts can lag R for the other arms:
     not the same algorithm, but the same regret within noise (58.4 ± 1.8 against 60.7 ± 1.6 over 60 runs,
     tests/integration/test_reproduce_anonymous.py). An arm with nothing resolved is the base's first try:
-    the lowest index.
+    the lowest index. Ties go uniformly at random.
 
-    A pull is resolved when its conversion arrives or, in the censored model, when its window ends
-    (a non-conversion never reports; the paper's model, where every reward reports after its delay, is
-    what the simulator's resolution feed gives). Ties go uniformly at random.
+    Which pulls are resolved. In the paper's model (§1 of the spec: every reward, a zero included, reports
+    after its delay; the simulator's resolution feed) R = pulls − pending. In the service a non-conversion
+    never reports: it is known to be 0 only when the censoring window ends, 30 days by default. Counting it
+    pending until then leaves R = the converted pulls, every estimate S/R = 1 and the widest index on the
+    arm with the fewest conversions: the worst arm. So in the service R is the number of pulls whose
+    outcome the delay model says is in, Ñ = Σ F(min(age, window)) (``effective``): the conversions seen
+    are then a sample of R resolved pulls in expectation (E[S] = μ·Ñ). Without a delay model Ñ is the
+    pull count: a pending pull counts as a 0, as for a delay-naive UCB1.
     """
 
     name: ClassVar[str] = "qpm-d"
     needs_pending: ClassVar[bool] = True
 
+    def __init__(self, n_arms: int, setting: Setting | None = None, **params: Any) -> None:
+        super().__init__(n_arms, setting, **params)
+        self._censored = setting is not None and setting.seconds  # the service: zeros never report
+
     def effective_pulls(self, stats: ArmStats) -> np.ndarray:
+        if self._censored:
+            return np.asarray(stats.effective, dtype=np.float64)
         if stats.pending is None:
             raise ValueError("qpm-d needs the pending pulls of each arm")
         return np.asarray(stats.pulls, dtype=np.float64) - np.asarray(stats.pending, dtype=np.float64)

@@ -106,9 +106,10 @@ class SchedulePolicy(Policy):
     """A policy that plays planned segments and learns from the anonymous sums observed during them.
 
     ``horizon`` (slots) is the T of the papers' analyses; 0 means unknown, and the policies that need a
-    horizon then run in doubling epochs T_ℓ = ``first_epoch``·2^ℓ, each a fresh start (documented per
-    policy). ``reward_cap`` divides every reported value before the policy sees it (the papers need the
-    reward of one slot in [0, 1]; a wall-clock slot serving many users can earn more).
+    horizon then double it, T_ℓ = ``first_epoch``·2^ℓ (each policy documents how: ODAAF keeps what it
+    learned, the others start afresh in each epoch). ``reward_cap`` divides every reported value before
+    the policy sees it (the papers need the reward of one slot in [0, 1]; a wall-clock slot serving many
+    users can earn more).
     """
 
     feedback: ClassVar[str] = "anonymous"
@@ -131,6 +132,11 @@ class SchedulePolicy(Policy):
         self, state: State | None, closed: Sequence[Observed], open_: Sequence[Observed], rng: np.random.Generator
     ) -> Plan:
         """The next plan. ``state`` is None for the first plan of a campaign."""
+
+    def cannot_learn(self) -> str | None:
+        """Why this policy, with these parameters, could not learn from its sums (a campaign is refused
+        with it), or None."""
+        return None
 
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         raise TypeError(f"policy {self.name!r} plays planned segments: use plan(), not choose()")
