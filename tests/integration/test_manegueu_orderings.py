@@ -27,7 +27,7 @@ def run(horizon: int, runs: int, arms: list[float], delay: Any, policies: list[d
 
 
 def pb(alpha: float, horizon: int, label: str, **extra: Any) -> dict[str, Any]:
-    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, **extra}
+    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, "kappa": 1.0, **extra}
     return {"name": "patient-bandits", "params": params, "label": label}
 
 
@@ -64,7 +64,7 @@ def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -
     """Figs. 6–7: with c = 0.7, α_lo = 0.1, μ_lo = 0.6 the band estimator's lower bound never clears α_lo, so
     the literal APB plays exactly as PB(α_lo) with two initial pulls; the tail-estimate APB does better."""
     horizon = 5000
-    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0}
+    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, "kappa": 1.0}
     results = run(  # 32 runs: the gain (about 13 regret) is 1.5 standard errors at 8
         horizon, 32, [0.6, 0.8],
         [{"family": "mixture", "weights": [1 - 0.7 * 2**-0.3, 0.7 * 2**-0.3],

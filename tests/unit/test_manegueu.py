@@ -41,7 +41,7 @@ def one(pulls: list[float], conversions: list[float], t: int = 1000, **extra: ob
 )
 def test_worked_values_of_the_spec(pulls: int, conversions: int, alpha: float, expected: float) -> None:
     """§2.3: K = 2, T = 3000, L = log(2·2·3000³) = 25.41."""
-    policy = make_policy("patient-bandits", {"alpha": alpha, "age_aware": 0, "horizon": 3000}, 2)
+    policy = make_policy("patient-bandits", {"alpha": alpha, "age_aware": 0, "horizon": 3000, "kappa": 1.0}, 2)
     index = policy.index(one([pulls, pulls], [conversions, conversions]))[0, 0]
     assert index == pytest.approx(expected, abs=1e-4)
     by_hand = conversions / pulls + math.sqrt(2 * math.log(4 * 3000**3) / pulls) + 2 * pulls ** -min(alpha, 0.5)
@@ -117,7 +117,7 @@ def test_plain_index_takes_l_from_numpys_log(seed: int) -> None:
 def test_plain_index_leaves_the_paper_bias_and_missing_weights_to_the_array_rule() -> None:
     weighted = one([10.0, 20.0], [1, 2], t=31, tail_weight=np.array([[1.0, 30.0]]))
     assert make_policy("patient-bandits", {"age_aware": 0}, 2).plain_index(weighted, 1) is None
-    policy = make_policy("patient-bandits", {}, 2)
+    policy = make_policy("patient-bandits", {"kappa": 1.0}, 2)
     by_hand = [0.1 + math.sqrt(2 * math.log(4 * 31**3) / 10) + 0.1, 0.1 + math.sqrt(2 * math.log(4 * 31**3) / 20) + 1.0]
     assert policy.plain_index(weighted, 1) == [pytest.approx(by_hand, rel=1e-12)]
     unweighted = one([10.0, 20.0], [1, 2], t=31)
