@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from latebandit.sim.reproductions.manegueu2020 import PAPER_INDEX
 from latebandit.sim.runner import PolicyResult, mean_and_error, simulate
 from latebandit.sim.scenario import scenario_from_mapping
 
@@ -27,7 +28,7 @@ def run(horizon: int, runs: int, arms: list[float], delay: Any, policies: list[d
 
 
 def pb(alpha: float, horizon: int, label: str, **extra: Any) -> dict[str, Any]:
-    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, "kappa": 1.0, **extra}
+    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, **PAPER_INDEX, **extra}
     return {"name": "patient-bandits", "params": params, "label": label}
 
 
@@ -66,7 +67,7 @@ def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -
     α_t is a lower bound that holds (tests/unit/test_tail_coverage.py), which at this horizon stays near α_lo
     (paired difference -2.0 ± 1.6 over 96 runs). The earlier, over-confident bound did better by about 13."""
     horizon = 5000
-    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, "kappa": 1.0}
+    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, **PAPER_INDEX}
     results = run(
         horizon, 32, [0.6, 0.8],
         [{"family": "mixture", "weights": [1 - 0.7 * 2**-0.3, 0.7 * 2**-0.3],

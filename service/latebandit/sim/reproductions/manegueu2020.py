@@ -42,6 +42,7 @@ from latebandit.sim.scenario import scenario_from_mapping
 PAPER = "manegueu2020"
 SOURCE = "manegueu2020.md §4.4 (the spec's re-simulation; the paper prints no numbers)"
 SEED = 2020
+PAPER_INDEX = {"kappa": 1.0, "multiplicative": 0}  # Algorithm 1's index: the service's defaults differ
 
 
 def pareto(alpha: float, scale: float = 1.0) -> dict[str, Any]:
@@ -56,7 +57,7 @@ SECTION_83_ARM1 = {
 
 
 def pb(alpha: float, horizon: int, label: str | None = None, age_aware: int = 0) -> dict[str, Any]:
-    params = {"alpha": alpha, "age_aware": age_aware, "horizon": horizon, "scale": 1.0, "kappa": 1.0}
+    params = {"alpha": alpha, "age_aware": age_aware, "horizon": horizon, "scale": 1.0, **PAPER_INDEX}
     return {"name": "patient-bandits", "params": params, "label": label or f"pb({alpha:g})"}
 
 
@@ -342,7 +343,7 @@ FIG5 = Reproduction(
 FIG6_T = 10_000
 FIG6_CHECKPOINTS = (1000, 2000, 5000, 10_000)
 FIG6_PANEL = "μ=(0.6, 0.8), arm 1 §8.3, arm 2 Pareto 0.3"
-APB = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": FIG6_T, "age_aware": 0, "kappa": 1.0}
+APB = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": FIG6_T, "age_aware": 0, **PAPER_INDEX}
 
 
 def _fig6_panels(runs: int) -> list[Panel]:
