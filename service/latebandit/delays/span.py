@@ -44,13 +44,17 @@ def envelope_scale(model: DelayModel, alpha: float, up_to: float) -> float:
 
 
 def tightest_envelope(model: DelayModel, up_to: float, alphas: np.ndarray) -> tuple[float, float]:
-    """Among the envelopes min(1, (a/s)^−α) that bound the model (``envelope_scale``), α from ``alphas``,
-    the one of least area over (0, ``up_to``]: the bias bound an arm pulled at a steady rate reads is its
-    envelope's area divided by the arm's age, so the least area is the tightest bound the model allows. A
-    Pareto(α0, s0) model gets (α0, s0) when α0 is on the grid; an exponential of mean m gets α near 2 and
-    s = α·m/e (area about 1.5·m against the true m)."""
+    """Among the envelopes min(1, (a/s)^−α) that bound the model up to ``up_to`` (``envelope_scale``), α
+    from ``alphas``, the one of least area over the model's typical delay (its mean, or its median when the
+    mean is infinite): the bias bound an arm reads at age t is about its envelope's area up to t over t, and
+    a campaign learns while its pulls are about a typical delay old. A Pareto(α0, s0) model gets (α0, s0)
+    when α0 is on the grid (it lies under every other valid envelope at every age); an exponential of mean
+    m gets α = 0.5, s = m/(2e), whose flat top (ψ = 1 below s, where every arm's index reads 1) ends three
+    times sooner than that of the least-area envelope up to the 99.9 % reach (α = 1.5, s = 1.5·m/e)."""
+    mean = model.mean()
+    typical = min(up_to, mean if math.isfinite(mean) else reach(model, 0.5))
     scales = _scales(model, alphas, up_to)
-    areas = [_area(float(alpha), float(scale), up_to) for alpha, scale in zip(alphas, scales, strict=True)]
+    areas = [_area(float(alpha), float(scale), typical) for alpha, scale in zip(alphas, scales, strict=True)]
     best = int(np.argmin(areas))
     return float(alphas[best]), float(scales[best])
 

@@ -68,10 +68,10 @@ class PatientBandits(ArgmaxPolicy):
     - ``alpha`` [from the delay model; 0.5 without one]: a lower bound on every arm's tail exponent,
       P(D > a) <= (a/scale)^−alpha. 0.5 is the largest value the paper's term distinguishes
       (β = min(α, 1/2)); lower it for heavier tails. With a declared delay model and neither ``alpha`` nor
-      ``scale`` given, alpha and scale are those of the tightest envelope the model satisfies (the least
-      area up to the model's reach, delays/span.py): the age-aware bound sums the envelope over every pull,
-      and α = 0.5 on a light tail (an exponential) overstated the bias several times over, which ranked
-      arms by how recently they were pulled. A Pareto(α0, s0) model gives (α0, s0).
+      ``scale`` given, alpha and scale are those of the tightest envelope the model satisfies: of the valid
+      ones (``scale`` below), the least area up to the model's mean delay (delays/span.py), since the
+      age-aware bound is about that area over the age of an arm's pulls. A Pareto(α0, s0) model gives
+      (α0, s0), which lies under every other valid envelope; an exponential of mean m gives 0.5, m/(2e).
     - ``scale`` [from the delay model; 3600 without one]: the age, in the campaign's time unit (seconds in
       the service, rounds in a scenario), below which a pull counts as entirely pending. With a declared
       delay model (every arm's, in a scenario) the default is the smallest s for which the model satisfies
