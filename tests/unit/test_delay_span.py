@@ -79,8 +79,10 @@ def test_patient_policies_take_their_envelope_from_the_declared_delay() -> None:
             "scale": 3600.0,
         }
     exponential = Setting(None, (delay_from_spec(MODELS[1]),) * 2, seconds=True)
-    alone = make_policy("patient-bandits", {"alpha": 0.5}, 2, exponential).params()
-    assert alone["alpha"] == 0.5 and alone["scale"] == pytest.approx(3600 * 0.5 / math.e, rel=0.005)
+    derived = make_policy("patient-bandits", {}, 2, exponential).params()  # least area up to the mean delay
+    assert derived["alpha"] == 0.5 and derived["scale"] == pytest.approx(3600 * 0.5 / math.e, rel=0.005)
+    alone = make_policy("patient-bandits", {"alpha": 1.5}, 2, exponential).params()
+    assert alone["alpha"] == 1.5 and alone["scale"] == pytest.approx(3600 * 1.5 / math.e, rel=0.005)
     adaptive = make_policy("adapt-patient-bandits", {}, 2, exponential).params()
     assert adaptive["scale"] == pytest.approx(3600 / math.e, rel=0.005)  # derived for α = 1, its largest
 
