@@ -10,10 +10,12 @@ import pytest
 from latebandit.campaign import DEFAULT_WINDOW_SECONDS, Campaign, CampaignSpec
 from latebandit.delays.models import delay_from_spec
 from latebandit.delays.span import envelope_scale, reach
+from latebandit.delays.tail import BUCKETS, bucket_of
 from latebandit.policies import make_policy
 from latebandit.policies.base import Envelope, Setting
 from latebandit.sim.runner import simulate
 from latebandit.sim.scenario import scenario_from_mapping
+from tests.unit.test_manegueu import one
 
 MODELS = [
     {"family": "pareto", "alpha": 1.5, "scale": 60},
@@ -83,8 +85,9 @@ def test_patient_policies_take_their_envelope_from_the_declared_delay() -> None:
     assert derived["alpha"] == 0.5 and derived["scale"] == pytest.approx(3600 * 0.5 / math.e, rel=0.005)
     alone = make_policy("patient-bandits", {"alpha": 1.5}, 2, exponential).params()
     assert alone["alpha"] == 1.5 and alone["scale"] == pytest.approx(3600 * 1.5 / math.e, rel=0.005)
-    adaptive = make_policy("adapt-patient-bandits", {}, 2, exponential).params()
-    assert adaptive["scale"] == pytest.approx(3600 / math.e, rel=0.005)  # derived for α = 1, its largest
+    adaptive = make_policy("adapt-patient-bandits", {}, 2, exponential)  # α_t at most the model's 0.5
+    assert adaptive.alpha_cap == 0.5 and adaptive.params()["scale"] == pytest.approx(3600 / (2 * math.e), rel=0.005)
+    assert make_policy("adapt-patient-bandits", {}, 2, pareto).alpha_cap == 1.0  # 1.5 fitted, capped at 1
 
 
 def test_adapt_patient_bandits_simulates_at_its_defaults() -> None:
@@ -95,3 +98,13 @@ def test_adapt_patient_bandits_simulates_at_its_defaults() -> None:
     )  # fmt: skip
     (result,) = simulate(scenario)
     assert np.isfinite(result.final).all()
+
+
+def test_adapt_patient_bandits_never_goes_past_the_declared_models_envelope() -> None:
+    """Light-tailed observed delays (α̂ near 3) move α_t up to the declared exponential's 0.5, not to 1."""
+    rng = np.random.default_rng(5)
+    light = np.bincount(bucket_of(10.0 * (1.0 + rng.pareto(3.0, 50_000))), minlength=BUCKETS)
+    stats = one([10, 10], [1, 1], delay_counts=np.stack([light, light])[None])
+    exponential = Setting(None, (delay_from_spec(MODELS[1]),) * 2, seconds=True)
+    assert make_policy("adapt-patient-bandits", {}, 2, exponential).alpha(stats)[0] == 0.5
+    assert make_policy("adapt-patient-bandits", {}, 2).alpha(stats)[0] == 1.0

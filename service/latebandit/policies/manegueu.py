@@ -114,12 +114,16 @@ class PatientBandits(ArgmaxPolicy):
         declared = () if setting is None else setting.delays
         if params.get("scale") is not None or not declared or any(model.family == "unknown" for model in declared):
             return
-        if "alpha" in self.PARAMS and params.get("alpha") is None:
-            fits = [tightest_envelope(model, reach(model), ENVELOPE_ALPHAS) for model in set(declared)]
-            self._params["alpha"] = min(alpha for alpha, _ in fits)  # one α bounds every arm: the heaviest
+        fits = [tightest_envelope(model, reach(model), ENVELOPE_ALPHAS) for model in set(declared)]
+        self.take_fitted_alpha(min(alpha for alpha, _ in fits), params)  # one α bounds every arm: the heaviest
         alpha = self.envelope_alpha()
         floor = self.PARAMS["scale"].minimum
         self._params["scale"] = max(floor, *(envelope_scale(model, alpha, reach(model)) for model in set(declared)))
+
+    def take_fitted_alpha(self, fitted: float, params: Mapping[str, Any]) -> None:
+        """The tightest envelope's α for the declared delays becomes ``alpha`` unless the params give one."""
+        if params.get("alpha") is None:
+            self._params["alpha"] = fitted
 
     def envelope_alpha(self) -> float:
         """The largest tail exponent the envelope is used with: the scale derived for it holds for all smaller
@@ -203,7 +207,7 @@ class AdaptPatientBandits(PatientBandits):
     Params: ``alpha_lo`` (0.1) the known lower bound on α; ``estimator`` (1: tail of the observed delays,
     §3.6; 0: the paper's band estimator, simulator only); ``c`` (0.7) and ``mu_lo`` (0.05) of Assumption 2,
     used by estimator 0; ``initial_pulls`` (2); ``scale``, ``age_aware``, ``horizon``, ``kappa`` as PatientBandits
-    (the default scale is derived for α = ALPHA_CAP, the largest α_t, so that it holds for every α_t).
+    (the default scale is derived for the largest α_t, ``alpha_cap``, so that it holds for every α_t).
     """
 
     name: ClassVar[str] = "adapt-patient-bandits"
@@ -216,9 +220,18 @@ class AdaptPatientBandits(PatientBandits):
         "initial_pulls": Param(int, 2, 2, 1000),  # Algorithm 2: twice, so that T̄ >= 2 and log T̄ > 0
     }
 
+    alpha_cap: float = ALPHA_CAP  # the largest α_t; lowered by a declared delay model (take_fitted_alpha)
+
+    def take_fitted_alpha(self, fitted: float, params: Mapping[str, Any]) -> None:
+        """With a declared delay model, α_t never exceeds its tightest envelope's α (nor ALPHA_CAP, nor goes
+        below α_lo): the envelope the model itself satisfies is as bold as the policy gets, and the scale
+        is derived for that α instead of 1 (with exponential delays of mean m: m/(2e) instead of m/e, the
+        time every arm's index reads 1)."""
+        self.alpha_cap = max(float(self._params["alpha_lo"]), min(ALPHA_CAP, fitted))
+
     def envelope_alpha(self) -> float:
-        """α_t never exceeds ALPHA_CAP."""
-        return ALPHA_CAP
+        """α_t never exceeds ``alpha_cap``."""
+        return self.alpha_cap
 
     def needs_band(self) -> bool:
         return bool(self._params["estimator"] == 0)
@@ -258,7 +271,7 @@ class AdaptPatientBandits(PatientBandits):
         """α_t = max(α_lo, min(lower bound, 1)); α_lo while the estimator has no answer."""
         _, lower = self.estimate_alpha(stats)
         floor = self._params["alpha_lo"]
-        return np.where(np.isnan(lower), floor, np.clip(lower, floor, ALPHA_CAP))
+        return np.where(np.isnan(lower), floor, np.clip(lower, floor, self.alpha_cap))
 
 
 def _added(estimate: float, width: float, bias: float) -> float:

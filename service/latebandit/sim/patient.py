@@ -4,8 +4,9 @@ number of past pulls (the service keeps the same quantities in bounded time buck
 - ``tail_weight``: W_k = Σ_{pulls of k} ψ(age)·1{age < m}, a causal convolution of the pull indicators
   with the policy's envelope, so the block convolution of accounting.py computes it exactly. Adapt-
   PatientBandits' α_t moves with the data, and one convolution holds one α: it is shown W at the largest α
-  of a fixed geometric grid [α_lo, 1] not above α_t, which is never below W at α_t (ψ decreases in α past
-  the scale), so its bias term stays a bound, a little wider (the service evaluates ψ at α_t itself);
+  not above α_t of a fixed geometric grid from α_lo to its largest α_t, which is never below W at α_t (ψ
+  decreases in α past the scale), so its bias term stays a bound, a little wider (the service evaluates ψ
+  at α_t itself);
 - ``delay_counts``: observed delays (reveal round − pull round) per arm in the log buckets of
   service/latebandit/delays/tail.py, scheduled at pull time and counted when they are revealed;
 - ``band``: Algorithm 2's answer for the policy's query (arm Ī, d, D): among the pulls of Ī at least D
@@ -21,14 +22,14 @@ import numpy as np
 from latebandit.delays.tail import BUCKETS, bucket_of, upper_edges
 from latebandit.policies import ArmStats, Policy
 from latebandit.policies.base import Envelope
-from latebandit.policies.manegueu import ALPHA_CAP, AdaptPatientBandits, PatientBandits
+from latebandit.policies.manegueu import AdaptPatientBandits, PatientBandits
 from latebandit.sim import feeds
 from latebandit.sim.accounting import BlockConvolution
 from latebandit.sim.environment import Calendar, Environment, Pull, one_hot
 from latebandit.sim.feeds import Feed, Ledger
 from latebandit.sim.scenario import Feed as FeedSpec
 
-ALPHA_GRID = 8  # adapt-patient-bandits' α grid: consecutive values differ by (1/α_lo)^(1/7), 1.39 at α_lo 0.1
+ALPHA_GRID = 8  # adapt-patient-bandits' α grid: consecutive values differ by 1.39 from α_lo 0.1 to 1
 
 
 class DelayBuckets:
@@ -114,7 +115,7 @@ class Patient(Feed):
         self._adaptive = adaptive
         self._alphas = np.array([policy.envelope_alpha()])
         if adaptive is not None:
-            self._alphas = np.geomspace(adaptive.params()["alpha_lo"], ALPHA_CAP, ALPHA_GRID)
+            self._alphas = np.geomspace(adaptive.params()["alpha_lo"], adaptive.envelope_alpha(), ALPHA_GRID)
         self._weights: list[BlockConvolution] = []
         if policy.params()["age_aware"]:
             ages = np.arange(env.scenario.horizon + 1, dtype=np.float64)
