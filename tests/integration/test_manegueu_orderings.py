@@ -67,7 +67,7 @@ def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -
     α_t is a lower bound that holds (tests/unit/test_tail_coverage.py), which at this horizon stays near α_lo
     (paired difference -2.0 ± 1.6 over 96 runs). The earlier, over-confident bound did better by about 13."""
     horizon = 5000
-    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, **PAPER_INDEX}
+    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, "scale": 1.0, **PAPER_INDEX}
     results = run(
         horizon, 32, [0.6, 0.8],
         [{"family": "mixture", "weights": [1 - 0.7 * 2**-0.3, 0.7 * 2**-0.3],
