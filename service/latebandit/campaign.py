@@ -2,10 +2,18 @@
 
 The body POST /campaigns takes; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
 divides the window, which bounds the error of the effective count Ñ (see delays/exposure.py).
+
+The default window follows the declared delay model: the age by which all but 0.1 % of its conversions have
+arrived (delays/span.py), at most 30 days, and 30 days without a model. A fixed 30 days cut every
+histogram cell 11.25 hours wide, so a campaign whose conversions take minutes saw every recent pull in one
+cell: the age-aware policies (patient-bandits' bias term, Ñ) read each cell at its youngest edge and took
+every pull for fresh, qpm-d kept a pull pending for 30 days. Cells of window/64 of the model's reach keep
+the decision cost (arms × buckets) and the Redis layout; a stored campaign keeps the window it was given.
 """
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -14,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from latebandit.delays.facts import with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
+from latebandit.delays.span import reach
 from latebandit.ids import Identifier
 from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
 from latebandit.policies.floor import check_floor
@@ -57,6 +66,13 @@ def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_p
     return make_policy(spec.name, params, len(arms), Setting(None, delays, seconds=True))
 
 
+def default_window(delay: DelayModel) -> float:
+    """The window a campaign gets when its body sets none (module docstring)."""
+    if delay.family == "unknown":
+        return DEFAULT_WINDOW_SECONDS
+    return min(DEFAULT_WINDOW_SECONDS, max(MIN_WINDOW_SECONDS, float(math.ceil(reach(delay)))))
+
+
 class CampaignSpec(BaseModel):
     """What a user sends to ``POST /campaigns``."""
 
@@ -71,7 +87,7 @@ class CampaignSpec(BaseModel):
         ge=MIN_WINDOW_SECONDS,
         le=MAX_WINDOW_SECONDS,
         strict=True,
-        description="censoring window m in seconds (default 30 days)",
+        description="censoring window m in seconds (default: the delay model's 99.9 % reach, at most 30 days)",
     )
     default_arm: Identifier | None = None
     buckets: int = Field(default=DEFAULT_BUCKETS, ge=4, le=1024)
@@ -88,6 +104,19 @@ class CampaignSpec(BaseModel):
         default=DEFAULT_LATENESS_SECONDS, ge=0, le=MAX_WINDOW_SECONDS,
         description="planning policies: how long after a segment's end its feedback is taken as complete",
     )  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_window(cls, data: Any) -> Any:
+        """A body without ``window`` gets the declared delay model's (module docstring); a delay spec that
+        does not parse is left to the checks after (they name its error)."""
+        if not isinstance(data, dict) or "window" in data:
+            return data
+        try:
+            model = delay_from_spec(data.get("delay", {"family": "unknown"}))
+        except (ValueError, ArithmeticError):
+            return data
+        return {**data, "window": default_window(model)}
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignSpec:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from latebandit.sim.reproductions.manegueu2020 import PAPER_INDEX
 from latebandit.sim.runner import PolicyResult, mean_and_error, simulate
 from latebandit.sim.scenario import scenario_from_mapping
 
@@ -27,7 +28,7 @@ def run(horizon: int, runs: int, arms: list[float], delay: Any, policies: list[d
 
 
 def pb(alpha: float, horizon: int, label: str, **extra: Any) -> dict[str, Any]:
-    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, **extra}
+    params = {"alpha": alpha, "age_aware": 0, "horizon": horizon, "scale": 1.0, **PAPER_INDEX, **extra}
     return {"name": "patient-bandits", "params": params, "label": label}
 
 
@@ -62,10 +63,12 @@ def test_heavier_tails_cost_more() -> None:
 
 def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -> None:
     """Figs. 6–7: with c = 0.7, α_lo = 0.1, μ_lo = 0.6 the band estimator's lower bound never clears α_lo, so
-    the literal APB plays exactly as PB(α_lo) with two initial pulls; the tail-estimate APB does better."""
+    the literal APB plays exactly as PB(α_lo) with two initial pulls. The tail-estimate APB is no worse: its
+    α_t is a lower bound that holds (tests/unit/test_tail_coverage.py), which at this horizon stays near α_lo
+    (paired difference -2.0 ± 1.6 over 96 runs). The earlier, over-confident bound did better by about 13."""
     horizon = 5000
-    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0}
-    results = run(  # 32 runs: the gain (about 13 regret) is 1.5 standard errors at 8
+    apb = {"alpha_lo": 0.1, "c": 0.7, "mu_lo": 0.6, "horizon": horizon, "age_aware": 0, "scale": 1.0, **PAPER_INDEX}
+    results = run(
         horizon, 32, [0.6, 0.8],
         [{"family": "mixture", "weights": [1 - 0.7 * 2**-0.3, 0.7 * 2**-0.3],
           "components": [{"family": "fixed", "value": 0}, {"family": "pareto", "alpha": 0.3, "scale": 2}]},
@@ -75,4 +78,4 @@ def test_adapt_patient_bandits_read_literally_is_patient_bandits_at_alpha_lo() -
          pb(0.1, horizon, "pb", initial_pulls=2)],
     )  # fmt: skip
     np.testing.assert_array_equal(results["literal"].regret, results["pb"].regret)
-    assert below(results["tail"], results["pb"])
+    assert not below(results["pb"], results["tail"])

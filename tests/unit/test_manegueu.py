@@ -41,7 +41,9 @@ def one(pulls: list[float], conversions: list[float], t: int = 1000, **extra: ob
 )
 def test_worked_values_of_the_spec(pulls: int, conversions: int, alpha: float, expected: float) -> None:
     """§2.3: K = 2, T = 3000, L = log(2·2·3000³) = 25.41."""
-    policy = make_policy("patient-bandits", {"alpha": alpha, "age_aware": 0, "horizon": 3000}, 2)
+    policy = make_policy(
+        "patient-bandits", {"alpha": alpha, "age_aware": 0, "horizon": 3000, "kappa": 1.0, "multiplicative": 0}, 2
+    )
     index = policy.index(one([pulls, pulls], [conversions, conversions]))[0, 0]
     assert index == pytest.approx(expected, abs=1e-4)
     by_hand = conversions / pulls + math.sqrt(2 * math.log(4 * 3000**3) / pulls) + 2 * pulls ** -min(alpha, 0.5)
@@ -49,7 +51,7 @@ def test_worked_values_of_the_spec(pulls: int, conversions: int, alpha: float, e
 
 
 def test_anytime_age_aware_index_and_forced_first_pulls() -> None:
-    policy = make_policy("patient-bandits", {"alpha": 0.4, "kappa": 0.5}, 3)
+    policy = make_policy("patient-bandits", {"alpha": 0.4, "kappa": 0.5, "multiplicative": 0}, 3)
     stats = one([0, 10, 40], [0, 3, 9], t=51, tail_weight=np.array([[0.0, 4.0, 55.0]]))
     index = policy.index(stats)[0]
     assert index[0] == math.inf
@@ -61,6 +63,17 @@ def test_anytime_age_aware_index_and_forced_first_pulls() -> None:
         policy.index(one([5, 5, 5], [1, 1, 1]))
 
 
+def test_default_index_divides_by_the_share_the_bias_bound_leaves() -> None:
+    """§2.7 e: μ <= (S/N + width)/(1 − B), capped at 1, and 1 while B >= 1; width with κ = 1/4 (Hoeffding)."""
+    policy = make_policy("patient-bandits", {"alpha": 0.4}, 3)
+    stats = one([100, 1000, 400], [5, 50, 20], t=1501, tail_weight=np.array([[20.0, 1500.0, 10.0]]))
+    log_term = math.log(6 * 1501**3)
+    index = policy.index(stats)[0]
+    assert index[0] == pytest.approx((0.05 + math.sqrt(log_term / 200)) / 0.8, rel=1e-12)
+    assert index[1] == 1.0  # W/N >= 1: nothing is known yet
+    assert index[2] == pytest.approx(min(1.0, (0.05 + math.sqrt(log_term / 800)) / (1 - 10 / 400)), rel=1e-12)
+
+
 @st.composite
 def service_calls(draw: st.DrawFn) -> tuple[str, dict[str, float], ArmStats, int]:
     """A one-run decision as the service makes it: a patient policy, its params, statistics and batch size,
@@ -68,6 +81,7 @@ def service_calls(draw: st.DrawFn) -> tuple[str, dict[str, float], ArmStats, int
     name = draw(st.sampled_from(["patient-bandits", "adapt-patient-bandits"]))
     arms = draw(st.integers(2, 6))
     params = {"kappa": draw(st.floats(1e-3, 4.0)), "horizon": draw(st.sampled_from([0, 0, 10**6])),
+              "multiplicative": draw(st.integers(0, 1)),
               "initial_pulls": draw(st.integers(2 if name == "adapt-patient-bandits" else 1, 3))}  # fmt: skip
     pulls = draw(st.lists(st.integers(0, 10**6), min_size=arms, max_size=arms))
     conversions = [draw(st.integers(0, n)) for n in pulls]
@@ -117,7 +131,7 @@ def test_plain_index_takes_l_from_numpys_log(seed: int) -> None:
 def test_plain_index_leaves_the_paper_bias_and_missing_weights_to_the_array_rule() -> None:
     weighted = one([10.0, 20.0], [1, 2], t=31, tail_weight=np.array([[1.0, 30.0]]))
     assert make_policy("patient-bandits", {"age_aware": 0}, 2).plain_index(weighted, 1) is None
-    policy = make_policy("patient-bandits", {}, 2)
+    policy = make_policy("patient-bandits", {"kappa": 1.0, "multiplicative": 0}, 2)
     by_hand = [0.1 + math.sqrt(2 * math.log(4 * 31**3) / 10) + 0.1, 0.1 + math.sqrt(2 * math.log(4 * 31**3) / 20) + 1.0]
     assert policy.plain_index(weighted, 1) == [pytest.approx(by_hand, rel=1e-12)]
     unweighted = one([10.0, 20.0], [1, 2], t=31)

@@ -8,7 +8,8 @@ open above. The same edges serve seconds and rounds.
 Tail exponent [ours]: if P(D > x) = (x/u)^−α above a bucket edge u = r^(j0−1), the bucket offset i = j − j0
 of a delay above u is geometric, P(i) = q^i·(1 − q) with q = r^−α, because the edges are geometric. The
 maximum-likelihood estimate from the counts is then exact for grouped data (no within-bucket guess):
-q̂ = ī/(1 + ī), α̂ = log(1 + 1/ī)/log r, with the Fisher standard error (1 − q̂)/(log r·sqrt(q̂·k)). It is
+q̂ = ī/(1 + ī), α̂ = log(1 + 1/ī)/log r, with the Fisher standard error (1 − q̂)/(log r·sqrt(q̂·k)) (that of
+the truncated geometric when the fit is truncated, ``_geometric_variance``). It is
 the Hill estimator's counterpart on a geometric grid. The threshold is the highest edge with at least
 ``TAIL_SHARE`` of the observations (and ``MIN_TAIL``) above it.
 
@@ -102,7 +103,7 @@ def tail_exponent(counts: ArrayLike, exposure: ArrayLike | None = None) -> TailE
         offset = np.where(fitted, sums / mass - start, np.nan)
         q = _geometric_parameter(np.where(fitted, offset, 1.0), span)
         alpha = np.where(offset > 0, -np.log(q) / LOG_RATIO, np.where(fitted, np.inf, np.nan))
-        se = np.where(offset > 0, (1.0 - q) / (LOG_RATIO * np.sqrt(q * k)), np.nan)
+        se = np.where(offset > 0, 1.0 / (LOG_RATIO * np.sqrt(k * _geometric_variance(q, span))), np.nan)
     return TailEstimate(
         alpha, se, np.where(fitted, k, 0).astype(np.int64), np.where(fitted, lower_edges()[start], np.nan)
     )
@@ -118,6 +119,23 @@ def _geometric_parameter(mean: np.ndarray, span: np.ndarray) -> np.ndarray:
         above = q / (1.0 - q) - tail > mean
         low, high = np.where(above, low, q), np.where(above, q, high)
     return np.where(np.isinf(span), mean / (1.0 + mean), 0.5 * (low + high))
+
+
+def _geometric_variance(q: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Var(i) for P(i) ∝ q^i on i = 0..span: the Fisher information about log q per observation, so
+    se(α̂) = 1/(log r·sqrt(k·Var)). Untruncated (span = inf) it is q/(1 − q)², the standard error the fit
+    had everywhere; truncated, the offsets cannot spread as far, each observation says less about q, and
+    that standard error put the bound α̂ − 2·se above the true α in 24 % of draws (tests/unit/test_tail_coverage.py)."""
+    i = np.arange(BUCKETS, dtype=np.float64)
+    q_safe = np.clip(q, 1e-300, 1.0 - 1e-12)[..., None]
+    inside = i <= np.where(np.isinf(span), BUCKETS, span)[..., None]
+    with np.errstate(all="ignore"):
+        mass = np.where(inside, np.exp(i * np.log(q_safe)), 0.0)
+        total = mass.sum(axis=-1)
+        mean = (mass * i).sum(axis=-1) / total
+        variance = (mass * i * i).sum(axis=-1) / total - mean**2
+        untruncated = q / (1.0 - q) ** 2
+    return np.where(np.isinf(span), untruncated, variance)
 
 
 def quantile(counts: ArrayLike, level: float) -> float:

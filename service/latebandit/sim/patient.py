@@ -2,7 +2,11 @@
 number of past pulls (the service keeps the same quantities in bounded time buckets, delays/exposure.py):
 
 - ``tail_weight``: W_k = Σ_{pulls of k} ψ(age)·1{age < m}, a causal convolution of the pull indicators
-  with the policy's envelope, so the block convolution of accounting.py computes it exactly;
+  with the policy's envelope, so the block convolution of accounting.py computes it exactly. Adapt-
+  PatientBandits' α_t moves with the data, and one convolution holds one α: it is shown W at the largest α
+  not above α_t of a fixed geometric grid from α_lo to its largest α_t, which is never below W at α_t (ψ
+  decreases in α past the scale), so its bias term stays a bound, a little wider (the service evaluates ψ
+  at α_t itself);
 - ``delay_counts``: observed delays (reveal round − pull round) per arm in the log buckets of
   service/latebandit/delays/tail.py, scheduled at pull time and counted when they are revealed;
 - ``band``: Algorithm 2's answer for the policy's query (arm Ī, d, D): among the pulls of Ī at least D
@@ -17,13 +21,15 @@ import numpy as np
 
 from latebandit.delays.tail import BUCKETS, bucket_of, upper_edges
 from latebandit.policies import ArmStats, Policy
+from latebandit.policies.base import Envelope
 from latebandit.policies.manegueu import AdaptPatientBandits, PatientBandits
 from latebandit.sim import feeds
 from latebandit.sim.accounting import BlockConvolution
 from latebandit.sim.environment import Calendar, Environment, Pull, one_hot
 from latebandit.sim.feeds import Feed, Ledger
 from latebandit.sim.scenario import Feed as FeedSpec
-from latebandit.sim.scenario import ScenarioError
+
+ALPHA_GRID = 8  # adapt-patient-bandits' α grid: consecutive values differ by 1.39 from α_lo 0.1 to 1
 
 
 class DelayBuckets:
@@ -106,39 +112,42 @@ class Patient(Feed):
     def __init__(self, ledger: Ledger, env: Environment, policy: PatientBandits) -> None:
         super().__init__(ledger)
         adaptive = policy if isinstance(policy, AdaptPatientBandits) else None
-        age_aware = bool(policy.params()["age_aware"])
-        if adaptive is not None and age_aware:
-            raise ScenarioError(
-                "adapt-patient-bandits runs with age_aware 0 in the simulator: its α moves with the data, and "
-                "the exact Σψ(age) convolution needs one α (the service recomputes it at every histogram read)"
-            )
         self._adaptive = adaptive
-        self._weights = None
-        if age_aware:
-            envelope = policy.envelope(_stats(ledger, None, None, None, np.ones(env.runs)))
-            assert envelope is not None  # an age-aware patient policy reads Σψ(age)
+        self._alphas = np.array([policy.envelope_alpha()])
+        if adaptive is not None:
+            self._alphas = np.geomspace(adaptive.params()["alpha_lo"], adaptive.envelope_alpha(), ALPHA_GRID)
+        self._weights: list[BlockConvolution] = []
+        if policy.params()["age_aware"]:
             ages = np.arange(env.scenario.horizon + 1, dtype=np.float64)
-            weights = envelope.weights(np.broadcast_to(ages, (env.runs, ages.size)))[0]
-            if env.window is not None:
-                weights = np.where(ages < env.window, weights, 0.0)
-            self._weights = BlockConvolution(np.tile(weights, (env.scenario.n_arms, 1)), env.runs)
+            for alpha in self._alphas:
+                weights = Envelope(np.array([alpha]), policy.params()["scale"]).weights(ages[None, :])[0]
+                if env.window is not None:
+                    weights = np.where(ages < env.window, weights, 0.0)
+                self._weights.append(BlockConvolution(np.tile(weights, (env.scenario.n_arms, 1)), env.runs))
         banded = adaptive is not None and adaptive.needs_band()
         self._delays = DelayBuckets(env) if adaptive is not None and not banded else None
         self._band = Band(env) if banded else None
 
     def stats(self, t: np.ndarray) -> ArmStats:
-        weight = None if self._weights is None else self._weights.effective()
         delays = None if self._delays is None else (self._delays.counts, self._delays.exposure(int(t[0])))
-        stats = _stats(self.ledger, weight, delays, None, t)
-        if self._band is None or self._adaptive is None:
+        stats = _stats(self.ledger, None, delays, None, t)
+        band = None
+        if self._band is not None and self._adaptive is not None:
+            query = self._adaptive.band_query(stats)
+            band = self._band.answer(query.arm, query.early, query.late, int(t[0]))
+            stats = _stats(self.ledger, None, delays, band, t)
+        if not self._weights:
             return stats
-        query = self._adaptive.band_query(stats)
-        band = self._band.answer(query.arm, query.early, query.late, int(t[0]))
+        if self._adaptive is None:
+            return _stats(self.ledger, self._weights[0].effective(), delays, band, t)
+        grid = np.searchsorted(self._alphas, self._adaptive.alpha(stats) * (1.0 + 1e-12), side="right") - 1
+        weights = np.stack([convolution.effective() for convolution in self._weights])  # (G, R, K)
+        weight = weights[np.maximum(grid, 0), np.arange(grid.size)]
         return _stats(self.ledger, weight, delays, band, t)
 
     def record(self, pull: Pull) -> None:
-        if self._weights is not None:
-            self._weights.push(pull.arms)
+        for convolution in self._weights:
+            convolution.push(pull.arms)
         if self._delays is not None:
             self._delays.record(pull)
         if self._band is not None:
