@@ -17,7 +17,7 @@ from latebandit.cli import app
 from latebandit.policies import SchedulePolicy
 from latebandit.sim.environment import Environment, policy_generator
 from latebandit.sim.players import SchedulePlayer
-from latebandit.sim.reproductions.pikeburke2018 import uniform_steps
+from latebandit.sim.reproductions.pikeburke2018 import PAPER_WIDTH, uniform_steps
 from latebandit.sim.reproductions.wang2021 import PAPER_UCB
 from latebandit.sim.runner import mean_and_error, run_policy, simulate
 from latebandit.sim.scenario import Scenario, scenario_from_mapping
@@ -35,7 +35,7 @@ def reference_setting(policies: list[str], delay: dict[str, Any], horizon: int =
             "arms": [0.5, 0.6],
             "delay": delay,
             "feedback": "anonymous",
-            "policies": [{"name": name} for name in policies],
+            "policies": [{"name": name, "params": PAPER_WIDTH if "odaaf" in name else {}} for name in policies],
         }
     )
 
@@ -152,10 +152,13 @@ def test_ars_ucb_beats_odaaf_on_random_and_composite_delays() -> None:
     base = {"horizon": 10_000, "runs": 5, "seed": 1, "arms": arms, "feedback": "anonymous"}
     shape = (np.arange(50, 0, -1) / np.arange(50, 0, -1).sum()).tolist()
     cases = [
-        ({"delay": uniform_steps(10, 30)}, {"name": "odaaf"}),
+        ({"delay": uniform_steps(10, 30)}, {"name": "odaaf", "params": PAPER_WIDTH}),
         (
             {"delay": {"family": "fixed", "value": 1}, "feedback": "composite", "spread": shape},
-            {"name": "odaaf-b", "params": {"mean_delay": 1 + float(np.dot(np.arange(50), shape)), "max_delay": 50}},
+            {
+                "name": "odaaf-b",
+                "params": {"mean_delay": 1 + float(np.dot(np.arange(50), shape)), "max_delay": 50, **PAPER_WIDTH},
+            },
         ),
     ]
     for extra, baseline in cases:

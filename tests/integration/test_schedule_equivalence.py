@@ -23,11 +23,14 @@ from latebandit.tokens import TokenSigner
 HORIZON = 2500
 T0 = 1_800_000_000_000_000
 SECOND = 1_000_000
+MEANS = (0.3, 0.7, 0.5)
 
 
-def simulate(name: str, params: dict, feedback: str) -> tuple[list[int], list[float], dict]:
+def simulate(
+    name: str, params: dict, feedback: str, means: tuple[float, ...] = MEANS, rounds: int = HORIZON
+) -> tuple[list[int], list[float], dict]:
     scenario = scenario_from_mapping({
-        "horizon": HORIZON, "runs": 1, "seed": 11, "arms": [0.3, 0.7, 0.5], "feedback": feedback,
+        "horizon": rounds, "runs": 1, "seed": 11, "arms": list(means), "feedback": feedback,
         **({"spread": 3} if feedback == "composite" else {}),
         "delay": {"family": "empirical", "quantiles": [[0, 0.25], [1, 0.5], [2, 0.75], [3, 1.0]]},
         "policies": [{"name": name, "params": params}],
@@ -36,7 +39,7 @@ def simulate(name: str, params: dict, feedback: str) -> tuple[list[int], list[fl
     env = Environment(scenario)
     driver = ScheduleDriver(policy, 1, policy_generator(scenario.seed))
     arms, observations = [], []
-    for _ in range(HORIZON):
+    for _ in range(rounds):
         arm = driver.arms().copy()
         env.pull(arm)
         observed = env.end_round().sum(axis=1)
@@ -57,7 +60,21 @@ def simulate(name: str, params: dict, feedback: str) -> tuple[list[int], list[fl
     ],
 )
 async def test_the_service_chooses_the_simulated_arms(name: str, params: dict, feedback: str) -> None:
-    arms, observations, resolved = simulate(name, params, feedback)
+    await serve_and_compare(name, params, feedback, MEANS, HORIZON)
+
+
+async def test_the_service_plans_odaafs_variance_aware_phases_as_simulated() -> None:
+    """Rates below 1/4 from phase 3 on: the variance-aware phase lengths come out of the stored state
+    the same in the service as in the simulator (and differ from the paper's width's)."""
+    means, rounds = (0.03, 0.07, 0.05), 7000  # phase 3 starts at round 4,293
+    await serve_and_compare("odaaf", {"horizon": 100_000}, "anonymous", means, rounds)
+    paper = simulate("odaaf", {"horizon": 100_000, "adaptive_width": 0}, "anonymous", means, rounds)[0]
+    assert simulate("odaaf", {"horizon": 100_000}, "anonymous", means, rounds)[0] != paper
+
+
+async def serve_and_compare(name: str, params: dict, feedback: str, means: tuple[float, ...], rounds: int) -> None:
+    """The service, fed the simulated run's observations round by round, chooses the simulated arms."""
+    arms, observations, resolved = simulate(name, params, feedback, means, rounds)
     now = [T0]
     store = MemoryStore(clock=lambda: now[0])
     engine = DecisionEngine(store, TokenSigner("equivalence"), lambda: now[0], policy_generator(11), EngineOptions())
@@ -78,6 +95,6 @@ async def test_the_service_chooses_the_simulated_arms(name: str, params: dict, f
     assert len(set(arms)) > 1  # the test means something: the policy moved between arms
     state = await engine.state("same")
     assert state["policy_state"]["plan_version"] > 1
-    assert state["decisions"] == HORIZON
+    assert state["decisions"] == rounds
     credited = sum(row["conversions"] for row in state["arms"].values())  # bridges and CLW heads are discarded
     assert credited == pytest.approx(sum(observations)) if name in ("odaaf", "ars-ucb", "ars-exp3") else credited > 0

@@ -28,6 +28,28 @@ Choices made here, where the paper leaves room:
   slots on the likely best arms first (in arm-id order the worst arm could open every phase: at E[τ] =
   300 slots, means 0.3 / 0.5 / 0.4, that was 1.4x uniform's regret after 100,000 slots), and the
   leader's block follows the bridge on the leader, so no other arm's reward leaks into it.
+
+The confidence width, ``adaptive_width`` (1 by default; 0 is the paper's, which the reproductions set).
+Algorithm 1 and Theorem 1 size phase m so that |X̄_j − μ_j| <= Δ̃_m/2: n_m is the smallest n with
+Δ̃_m·n/2 >= sqrt(2nL) + (4/3)L + 3m·E[τ] (ODAAF; L = ln(TΔ̃_m²)). We read its first two terms as two
+Freedman deviations, 2·(sqrt(2·n·v·L) + (2/3)L), of martingales whose increments are at most 1 with a
+conditional variance v = 1/4 per slot, the worst case of a reward in [0, 1], and the last as the bias
+of the rewards that leave a block after it ends or enter it from the plays before (at most E[τ] per
+block, summed over the phases). With ``adaptive_width`` 1, phase m >= 2 takes instead
+v_m = min(1/4, max over the active arms of X̄_j + Δ̃_{m−1}/2) (``variance_bound``); only the deviation
+term changes, the range term (4/3)L and the delay term stay the paper's (ODAAF-B's and ODAAF-V's n_m
+share the first two terms and take the same v_m). Why it is still sound: each
+increment is a reward r in [0, 1] (times whether it lands in the block) minus its conditional mean, so
+its variance is at most E[r²] <= E[r], the mean of the arm that earned it; on the event the analysis
+already works on after phase m − 1, |X̄_j − μ_j| <= Δ̃_{m−1}/2 for every active arm, the best arm is
+active, and no arm (eliminated ones, whose late rewards still land, included) has a mean above the best
+one's, so v_m bounds every increment's variance. Phase 1 knows nothing of the rewards: the paper's
+width. At conversion rates of a few percent v_m falls to about 0.07 by phase 6, and the deviation term,
+which dominates n_m when the delay is short, shrinks with it: at 5 % against 2 % without delay the 2 %
+arm goes after 49,574 decisions instead of 321,288 (tests/unit/test_schedule_policies.py). The delay
+term does not shrink: it bounds a bias, not a deviation. It alone makes n_m >= 6m·E[τ]·2^m, so a
+campaign whose mean delay is thousands of slots is refused as before (``cannot_learn`` checks phase 1,
+which is the paper's either way): docs/algorithms/pike-burke.md.
 """
 
 from __future__ import annotations
@@ -39,7 +61,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from latebandit.delays.facts import FACT_PARAMS
-from latebandit.policies.base import EPS_N, TIE_RTOL, ArmStats, Choice, Param, Policy, Setting, uniform_among
+from latebandit.policies.base import (
+    EPS_N,
+    TIE_RTOL,
+    WORST_VARIANCE,
+    ArmStats,
+    Choice,
+    Param,
+    Policy,
+    Setting,
+    uniform_among,
+    variance_bound,
+)
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State, leader
 
 DELAY_SHARE_LIMIT = 0.99  # the largest share of the first phase the delay may take (cannot_learn)
@@ -54,10 +87,12 @@ def log_term(horizon: int, m: int) -> float:
     return math.log(horizon * tolerance(m) ** 2)
 
 
-def samples_needed(delta: float, log_t: float, bias: float) -> float:
-    """The smallest n with Δ̃·n/2 >= sqrt(2nL) + (4/3)L + bias/2… in the closed form of §2.2:
-    (1/Δ̃²)·(sqrt(2L) + sqrt(2L + (8/3)Δ̃L + Δ̃·bias))²."""
-    return (math.sqrt(2 * log_t) + math.sqrt(2 * log_t + 8 / 3 * delta * log_t + delta * bias)) ** 2 / delta**2
+def samples_needed(delta: float, log_t: float, bias: float, variance: float = WORST_VARIANCE) -> float:
+    """The smallest n with Δ̃·n/2 >= sqrt(8vnL) + (4/3)L + bias/2, in the closed form of §2.2:
+    (1/Δ̃²)·(sqrt(8vL) + sqrt(8vL + (8/3)Δ̃L + Δ̃·bias))². v bounds the variance of a slot's reward; the
+    paper's v = 1/4 (the worst case in [0, 1]) gives its sqrt(2L)."""
+    deviation = 8.0 * variance * log_t
+    return (math.sqrt(deviation) + math.sqrt(deviation + 8 / 3 * delta * log_t + delta * bias)) ** 2 / delta**2
 
 
 class Odaaf(SchedulePolicy):
@@ -65,11 +100,26 @@ class Odaaf(SchedulePolicy):
 
     name: ClassVar[str] = "odaaf"
     bridged: ClassVar[bool] = False
-    PARAMS: ClassVar[Mapping[str, Param]] = {**SchedulePolicy.BASE_PARAMS, "mean_delay": Param(float, None, 0.0)}
+    PARAMS: ClassVar[Mapping[str, Param]] = {
+        **SchedulePolicy.BASE_PARAMS,
+        "mean_delay": Param(float, None, 0.0),
+        "adaptive_width": Param(int, 1, 0, 1),
+    }
 
-    def n(self, m: int, horizon: int) -> float:
-        """n_m of §2.2."""
-        return samples_needed(tolerance(m), log_term(horizon, m), 6.0 * m * self._params["mean_delay"])
+    def n(self, m: int, horizon: int, variance: float = WORST_VARIANCE) -> float:
+        """n_m of §2.2 for slot rewards of variance at most ``variance``."""
+        return samples_needed(tolerance(m), log_term(horizon, m), 6.0 * m * self._params["mean_delay"], variance)
+
+    def variance(self, state: State) -> float:
+        """The bound v on a slot's reward variance for phase ``state["m"]``: with ``adaptive_width`` 1,
+        variance_bound of max_j X̄_j + Δ̃_{m−1}/2 over the active arms (module docstring); 1/4 otherwise
+        and in phase 1."""
+        m, active = state["m"], state["active"]
+        if not self._params["adaptive_width"] or m == 1:
+            return WORST_VARIANCE
+        reward, slots = np.array(state["reward"])[active], np.array(state["slots"])[active]
+        upper = float(np.max(reward / np.maximum(slots, 1.0))) + tolerance(m - 1) / 2
+        return float(variance_bound(upper))
 
     def first_block(self) -> int:
         """N_1: how many slots every arm is played before the first elimination (deterministic)."""
@@ -93,7 +143,8 @@ class Odaaf(SchedulePolicy):
         App. F does), before an elimination that at Δ̃_1 = 1/2 can only drop arms half the reward range
         worse: the service would spend hours on rounds of blocks no better than uniform play. The bound on
         the mean delay that passes this check is reported, in slots (passing it is necessary, not enough:
-        the arms must also be far apart on the reward scale, docs/algorithms/pike-burke.md)."""
+        the arms must also be far apart on the reward scale, docs/algorithms/pike-burke.md). Phase 1 has the
+        paper's width whatever ``adaptive_width``: the variance-aware width serves no campaign this refuses."""
         share = self.delay_share()
         if share <= DELAY_SHARE_LIMIT:
             return None
@@ -192,7 +243,7 @@ class Odaaf(SchedulePolicy):
 
     def _target(self, state: State, horizon: int) -> int:
         """N_m for a horizon T (never fewer than the slots every active arm has already)."""
-        return max(math.ceil(self.n(state["m"], horizon)), state["samples"])
+        return max(math.ceil(self.n(state["m"], horizon, self.variance(state))), state["samples"])
 
     def _fits(self, state: State, horizon: int, start: int) -> bool:
         """Whether phase m, planned for T = ``horizon`` from slot ``start``, ends before T with L_m > 1."""
@@ -212,10 +263,10 @@ class OdaafB(Odaaf):
     bridged: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {**Odaaf.PARAMS, "max_delay": Param(float, None, 0.0)}
 
-    def n(self, m: int, horizon: int) -> float:
+    def n(self, m: int, horizon: int, variance: float = WORST_VARIANCE) -> float:
         delta, log_t = tolerance(m), log_term(horizon, m)
-        bounded = samples_needed(delta, log_t, 4.0 * self._params["mean_delay"])
-        return max(bounded, m * min(self._params["max_delay"], super().n(m, horizon) / m))
+        bounded = samples_needed(delta, log_t, 4.0 * self._params["mean_delay"], variance)
+        return max(bounded, m * min(self._params["max_delay"], super().n(m, horizon, variance) / m))
 
 
 class OdaafV(Odaaf):
@@ -225,11 +276,10 @@ class OdaafV(Odaaf):
     bridged: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {**Odaaf.PARAMS, "delay_variance": Param(float, None, 0.0)}
 
-    def n(self, m: int, horizon: int) -> float:
+    def n(self, m: int, horizon: int, variance: float = WORST_VARIANCE) -> float:
         facts = self._params
-        return samples_needed(
-            tolerance(m), log_term(horizon, m), 4.0 * (facts["mean_delay"] + 2.0 * facts["delay_variance"])
-        )
+        bias = 4.0 * (facts["mean_delay"] + 2.0 * facts["delay_variance"])
+        return samples_needed(tolerance(m), log_term(horizon, m), bias, variance)
 
 
 class QpmD(Policy):

@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from latebandit.delays.models import DelayModel
-from latebandit.policies.base import Param
+from latebandit.policies.base import WORST_VARIANCE, Param, variance_bound
 from latebandit.policies.schedule import Next, Observed, Plan, SchedulePolicy, Segment, State
 
 GAP_CHUNK = 16  # gaps between CLW coins 1 drawn at once; a block ends after e of them on average
@@ -170,9 +170,9 @@ class ArsUcb(SchedulePolicy):
         log_t = math.log(max(slots.sum(), 2.0))
         played = np.maximum(slots, 1.0)
         mean = reward / played
-        variance = 0.25
+        variance: np.ndarray | float = WORST_VARIANCE
         if self._params["adaptive_width"]:
-            variance = np.minimum(0.25, np.maximum(mean, 0.0) + np.sqrt(log_t / played))
+            variance = variance_bound(np.maximum(mean, 0.0) + np.sqrt(log_t / played))
         width = np.sqrt(4.0 * variance * self._params["alpha"] * log_t / played)
         return np.where(slots > 0, np.minimum(mean + width, 1.0), 1.0)
 

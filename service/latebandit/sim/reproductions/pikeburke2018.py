@@ -61,8 +61,11 @@ APPF_RUNS = 100
 ODAAF_N4 = {5: 14_782, 10: 18_016, 20: 24_010}  # ⌈n_4⌉ of ODAAF at T = 50,000 (odaaf_ref.py)
 
 
+PAPER_WIDTH = {"adaptive_width": 0}  # the ODAAFs with the paper's confidence width, not the service's default
+
+
 def _policy(name: str, label: str | None = None) -> dict[str, Any]:
-    return {"name": name, "label": label or name}
+    return {"name": name, "label": label or name, "params": PAPER_WIDTH if name.startswith("odaaf") else {}}
 
 
 def _panel(title: str, delay: dict[str, Any], policies: Sequence[str], runs: int) -> Panel:

@@ -30,7 +30,7 @@ from latebandit.sim.reproductions.base import (
     paired_difference,
     result_of,
 )
-from latebandit.sim.reproductions.pikeburke2018 import uniform_steps
+from latebandit.sim.reproductions.pikeburke2018 import PAPER_WIDTH, uniform_steps
 from latebandit.sim.scenario import scenario_from_mapping
 
 PAPER = "wang2021"
@@ -114,7 +114,7 @@ FIG2_DELAYS = {
 
 
 def _fig2_panels(runs: int) -> list[Panel]:
-    odaaf = {"name": "odaaf", "label": "odaaf"}
+    odaaf = {"name": "odaaf", "label": "odaaf", "params": PAPER_WIDTH}
     return [_panel(title, delay, [*ars_ucb_policies(), odaaf], runs) for title, delay in FIG2_DELAYS.items()]
 
 
@@ -133,7 +133,7 @@ FIG3_SHAPES = {
 def _fig3_panels(runs: int) -> list[Panel]:
     panels = []
     for title, (first, shape) in FIG3_SHAPES.items():
-        facts = {"mean_delay": mean_lag(first, shape), "max_delay": first + len(shape) - 1}
+        facts = {"mean_delay": mean_lag(first, shape), "max_delay": first + len(shape) - 1, **PAPER_WIDTH}
         baseline = {"name": "odaaf-b", "label": "odaaf-b", "params": facts}
         policies = [*ars_ucb_policies(), baseline]
         panels.append(_composite_panel(title, first, shape, policies, runs))
