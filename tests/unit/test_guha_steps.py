@@ -13,7 +13,7 @@ from latebandit.campaign import Campaign, CampaignSpec
 from latebandit.policies import ArmStats, make_policy
 from latebandit.policies.blockstream import ArmShape, BlockStreamArm
 from latebandit.policies.blockstream_steps import SteppedArm, StepShape
-from latebandit.policies.guha import PLAN_SECONDS, WINDOW_DELAYS, GuhaBayes
+from latebandit.policies.guha import MAX_DELAY_STEPS, PLAN_SECONDS, STEP_SECONDS, GuhaBayes
 from latebandit.sim.runner import run_policy
 from latebandit.sim.scenario import scenario_from_mapping
 
@@ -37,14 +37,16 @@ def test_the_campaigns_declared_rate_counts_the_delay_in_decisions() -> None:
     assert guha(own).params()["delay"] == 2211
 
 
-def test_the_service_window_outlives_the_delay_and_the_solve() -> None:
-    """The rolling window spans WINDOW_DELAYS·δ and PLAN_SECONDS at the rate, in at most 64 steps of at least
-    δ/4 decisions: a plan re-rooted at half of it serves at least 8 delays and 5 minutes of traffic."""
+def test_the_service_window_outlives_the_solve_and_opens_every_arm_within_minutes() -> None:
+    """At 20, 100 and 1,000 decisions a second the rolling window is at least PLAN_SECONDS of traffic (a plan
+    re-rooted at half of it serves 5 minutes, its solve takes seconds), in at most 64 steps of about a
+    minute of traffic (every arm's first block), with δ counted in at most MAX_DELAY_STEPS steps."""
     for rate in (20, 100, 1000):
-        params = guha({**W1, "decisions_per_second": rate}).params()
-        delay, horizon, unit = params["delay"], params["horizon"], params["unit"]
-        assert horizon >= max(WINDOW_DELAYS * delay, PLAN_SECONDS * rate)
-        assert unit >= delay / 4 and -(-horizon // unit) <= 64
+        policy = guha({**W1, "decisions_per_second": rate})
+        horizon, unit = policy.params()["horizon"], policy.params()["unit"]
+        steps, delay = policy.steps()
+        assert horizon >= PLAN_SECONDS * rate and steps <= 64 and delay <= MAX_DELAY_STEPS
+        assert unit <= 1.5 * STEP_SECONDS * rate
 
 
 def test_steps_of_one_decision_approximate_the_exact_dp() -> None:
@@ -87,3 +89,17 @@ def test_a_plan_on_steps_plays_every_arm_early_then_mostly_the_best() -> None:
     early = np.stack(opened)
     assert all(set(early[:, r].tolist()) == {0, 1, 2, 3} for r in range(scenario.runs))
     assert planned.final.mean() < 0.5 * uniform.final.mean()
+
+
+def test_a_plan_whose_arms_all_quit_is_solved_again_after_a_delay() -> None:
+    """Every arm failed its first plays: the plan wants none, so once a delay (δ + 1 steps) has passed since it
+    started, a new one is due, re-rooted at the posteriors (guha.md §3.5, "active set empty"); not before."""
+    fresh = ArmStats(np.zeros((1, 2)), np.zeros((1, 2)), np.zeros((1, 2)), np.ones(1))
+    planned = make_policy("guha-bayes", {"horizon": 40, "delay": 2}, 2).prepare(fresh)
+    failed = [[6.0, 6.0]]
+
+    def at(t: int) -> ArmStats:
+        return ArmStats(np.array(failed), np.zeros((1, 2)), np.array(failed), np.array([t]))
+
+    assert not planned.wants(at(13)).any()
+    assert not planned.replan_due(at(3)) and planned.replan_due(at(4))

@@ -44,8 +44,10 @@ class StepShape:
     points: int = GRID_POINTS
 
     @property
-    def sizes(self) -> int:
-        return min(self.delay + 1, self.horizon)
+    def sizes(self) -> tuple[int, ...]:
+        """The block sizes tried: powers of two up to δ + 1, and δ + 1 (guha.md §2.5 reduction 1)."""
+        top = min(self.delay + 1, self.horizon)
+        return tuple(sorted({*(1 << i for i in range(top.bit_length()) if 1 << i <= top), top}))
 
     @property
     def rows(self) -> int:
@@ -62,13 +64,13 @@ class StepShape:
     @property
     def working_bytes(self) -> int:
         """The transition matrices (kept for every λ) and the (V, R, N) layers alive during a sweep."""
-        matrices = 8 * (self.horizon + 1) * self.sizes * self.points**2
-        return matrices + 8 * 3 * (self.sizes + 6) * self.points * (self.horizon + 1)
+        matrices = 8 * (self.horizon + 1) * len(self.sizes) * self.points**2
+        return matrices + 8 * 3 * (max(self.sizes) + 6) * self.points * (self.horizon + 1)
 
     @property
     def work(self) -> int:
         """Multiply-adds per λ: one G × G product over the clock per block size, the stream and its entry."""
-        return (self.horizon + 1) * (self.sizes + 2) * self.points**2 * self.horizon
+        return (self.horizon + 1) * (len(self.sizes) + 2) * self.points**2 * self.horizon
 
 
 class SteppedArm:
@@ -86,14 +88,14 @@ class SteppedArm:
 
     @cached_property
     def _transitions(self) -> list[list[np.ndarray]]:
-        """[j][ℓ − 1]: (G, G) the law of the grid point after a block of ℓ steps from depth j."""
+        """[j][i]: (G, G) the law of the grid point after a block of ``sizes[i]`` steps from depth j."""
         shape, m = self.shape, self.grid[:, None]
         edges = np.concatenate([[0.0], self._edges, [1.0]])
         out = []
         for j in range(shape.horizon + 1):
             seen = shape.prior_a + shape.prior_b + j * shape.unit
             row = []
-            for ell in range(1, shape.sizes + 1):
+            for ell in shape.sizes:
                 spread = ell * shape.unit
                 concentration = (seen + 1.0) * (seen + spread) / spread - 1.0
                 cdf = self._special.betainc(concentration * m, concentration * (1.0 - m), edges[None, :])
@@ -122,14 +124,12 @@ class SteppedArm:
             stream = np.where(keep, play, 0.0)
             chosen = np.full((3, points, horizon), -np.inf)
             best = np.zeros((points, horizon), dtype=np.int64)
-            for ell in range(1, sizes + 1):
+            for i, ell in enumerate(sizes):
                 following = blocks.get(j + ell, learned_clock)
                 reach = max(horizon - ell - delay, 0)  # clocks τ < reach see the next block start
                 candidate = np.zeros((3, points, horizon))
                 if reach:
-                    candidate[:, :, :reach] = np.matmul(
-                        moves[ell - 1], following[:, :, ell + delay : ell + delay + reach]
-                    )
+                    candidate[:, :, :reach] = np.matmul(moves[i], following[:, :, ell + delay : ell + delay + reach])
                 candidate += ell * gain
                 candidate[:, :, horizon - ell + 1 :] = -np.inf  # fewer than ℓ steps left
                 improve(chosen, best, candidate, ell)
@@ -143,7 +143,7 @@ class SteppedArm:
             start = np.zeros((3, points, horizon + 1))
             start[:, :, :horizon] = np.where(go, chosen, 0.0)
             blocks[j] = start
-            blocks.pop(j + sizes + 1, None)
+            blocks.pop(j + sizes[-1] + 1, None)
             if action is not None and stream_from is not None:
                 rows = slice(j * points, (j + 1) * points)
                 action[rows] = np.where(go, best, QUIT)

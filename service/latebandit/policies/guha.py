@@ -39,11 +39,12 @@ from latebandit.policies.blockstream_steps import SteppedArm
 from latebandit.policies.guha_plan import Plan, check_size, fits, fits_exactly, largest_depth, shapes_for, solve_plan
 
 PLANNING_WINDOW = 100  # the least rolling planning window (guha.md §3.5), in decisions
-WINDOW_DELAYS = 16  # the service's window spans this many δ, so that the plan outlives several blocks
-PLAN_SECONDS = 600.0  # and at least this long at the declared rate: a plan serves half of it (seconds of solving)
+WINDOW_DELAYS = 16  # the service's window spans up to this many δ, so that the plan outlives several blocks
+STEP_SECONDS = 60.0  # ... in steps of at most a minute of traffic, so that every arm opens within minutes
+PLAN_SECONDS = 600.0  # and at least this long at the rate: a plan serves half of it (seconds of solving)
 EXACT_HORIZON = 200  # horizons up to this (decisions) are planned exactly when the DP fits (blockstream.py)
-DELAY_STEPS = 4  # a plan on steps counts δ in at most this many steps
-HORIZON_STEPS = 64  # and its horizon in at most this many
+HORIZON_STEPS = 64  # a plan on steps counts its horizon in at most this many steps
+MAX_DELAY_STEPS = 8  # and δ in at most this many: outcomes later than that are taken when they come
 MAX_DELAY_SEARCH = 1 << 40
 
 
@@ -66,14 +67,15 @@ class GuhaBayes(Policy):
     """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``delay`` (δ in decisions: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
     service); ``decisions_per_second`` (default: the campaign's declared ``decisions_per_second``, else 1);
-    ``horizon`` (decisions planned: the scenario's horizon, or the service's rolling window, the largest of
-    100 decisions, WINDOW_DELAYS·δ and PLAN_SECONDS of decisions at the rate, so that the plan outlives
-    its blocks and its solve); ``unit`` (decisions per plan step: 1 is the exact DP, used by default when the
-    horizon is at most EXACT_HORIZON and the DP fits at a depth cap of 64; else
-    max(⌈δ/DELAY_STEPS⌉, ⌈horizon/HORIZON_STEPS⌉), the DP on steps of blockstream_steps.py); ``depth`` (depth
-    cap D of the exact DP: by default the deepest that fits the size caps, at most the horizon; giving it
-    asks for the exact DP); ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order
-    whose plan wants it (guha.md A9), 1 to the one of highest posterior mean among them [ours, see
+    ``horizon`` (decisions planned: the scenario's horizon, or the service's rolling window: WINDOW_DELAYS·δ,
+    at most HORIZON_STEPS steps of STEP_SECONDS at the rate, at least 100 decisions and PLAN_SECONDS at the
+    rate, so that the plan outlives its blocks and its solve and opens every arm within minutes); ``unit``
+    (decisions per plan step: 1 is the exact DP, used by default when the horizon is at most EXACT_HORIZON
+    and the DP fits at a depth cap of 64; else ⌈horizon/HORIZON_STEPS⌉, the DP on steps of
+    blockstream_steps.py, with δ counted in at most MAX_DELAY_STEPS steps); ``depth`` (depth cap D of the
+    exact DP: by default the deepest that fits the size caps, at most the horizon; giving it asks for the
+    exact DP); ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan
+    wants it (guha.md A9), 1 to the one of highest posterior mean among them [ours, see
     docs/reproductions.md]."""
 
     name: ClassVar[str] = "guha-bayes"
@@ -106,10 +108,11 @@ class GuhaBayes(Policy):
             rate = resolved["decisions_per_second"] if setting.seconds else 1.0
             resolved["delay"] = max(delay_in_plays(m, resolved["delay_quantile"], rate) for m in setting.delays)
         if setting is not None and "horizon" not in params:
+            rate = resolved["decisions_per_second"]
             resolved["horizon"] = setting.horizon or max(
                 PLANNING_WINDOW,
-                WINDOW_DELAYS * self._int_param("delay"),
-                math.ceil(PLAN_SECONDS * resolved["decisions_per_second"]),
+                min(WINDOW_DELAYS * self._int_param("delay"), math.ceil(HORIZON_STEPS * STEP_SECONDS * rate)),
+                math.ceil(PLAN_SECONDS * rate),
             )
         a, b = resolved["prior_a"], resolved["prior_b"]
         horizon, delay = self._int_param("horizon"), self._int_param("delay")
@@ -118,7 +121,7 @@ class GuhaBayes(Policy):
         roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
         if resolved["unit"] == 0:
             exact = "depth" in params or (horizon <= EXACT_HORIZON and fits_exactly(a, b, horizon, delay, roots))
-            resolved["unit"] = 1 if exact else max(1, -(-delay // DELAY_STEPS), -(-horizon // HORIZON_STEPS))
+            resolved["unit"] = 1 if exact else max(1, -(-horizon // HORIZON_STEPS))
             while not exact and not fits(shapes_for([(a, b)], *self.steps(), 0, self._int_param("unit")) * roots):
                 resolved["unit"] = self._int_param("unit") * 5 // 4 + 1  # fewer, longer steps (many arms)
         unit = self._int_param("unit")
@@ -133,9 +136,13 @@ class GuhaBayes(Policy):
         self.base = base
 
     def steps(self) -> tuple[int, int]:
-        """(horizon, delay) in plan steps: whole steps, the delay rounded up (its outcomes are all in by then)."""
+        """(horizon, delay) in plan steps: whole steps, the delay rounded up (its outcomes are all in by then)
+        and, on steps, at most MAX_DELAY_STEPS [ours]: where the delay's quantile is longer, the plan does not
+        wait for it; its posterior counts the outcomes in by then (the delay-corrected Ñ), later ones as
+        they come (guha.md §1.3)."""
         unit = self._int_param("unit")
-        return -(-self._int_param("horizon") // unit), -(-self._int_param("delay") // unit)
+        delay = -(-self._int_param("delay") // unit)
+        return -(-self._int_param("horizon") // unit), delay if unit == 1 else min(delay, MAX_DELAY_STEPS)
 
     def prepare(self, stats: ArmStats) -> GuhaBayes:
         """This policy with its plan solved from the first run's current posteriors (the prior at the
@@ -147,8 +154,14 @@ class GuhaBayes(Policy):
         return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **self._params)
 
     def replan_due(self, stats: ArmStats) -> bool:
-        """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, or half of it used."""
-        return self.plan is None or int(stats.t[0]) - self.start >= self.plan.decisions // 2
+        """Whether the rolling window (guha.md §3.5) asks for a new plan: none yet, half of it used, or no arm
+        wanting a play at least a delay (δ + 1 steps) after it started (the spec's "active set empty": its
+        arms have quit, e.g. a first plan from a prior far from the rates seen)."""
+        if self.plan is None:
+            return True
+        age = int(stats.t[0]) - self.start
+        idle = age >= (self.plan.delay + 1) * self.plan.unit and not self.wants(stats).any()
+        return age >= self.plan.decisions // 2 or idle
 
     @staticmethod
     def resolved(stats: ArmStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
