@@ -49,11 +49,17 @@ class PolicySpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-def build_policy(spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_per_slot: float | None) -> Policy:
+def build_policy(
+    spec: PolicySpec, arms: list[str], delay: DelayModel, seconds_per_slot: float | None, rate: float | None = None
+) -> Policy:
     """The policy object; a ``fixed`` policy may name its arm by id, policies see arm indices; a planning
-    policy gets the delay facts it needs from the delay model, in slots, unless its params give them. The
-    service knows no horizon (guha-bayes plans over its rolling window) and counts delays in seconds."""
+    policy gets the delay facts it needs from the delay model, in slots, unless its params give them; a
+    policy that counts in decisions (guha-bayes) gets the campaign's declared decision ``rate`` unless its
+    params give one. The service knows no horizon (guha-bayes plans over its rolling window) and counts
+    delays in seconds."""
     params = dict(spec.params)
+    if rate is not None and "decisions_per_second" in POLICIES[spec.name].PARAMS:
+        params.setdefault("decisions_per_second", rate)
     if spec.name == "fixed" and isinstance(params.get("arm"), str):
         if params["arm"] not in arms:
             raise ValueError(f"policy param arm {params['arm']!r} is not one of the arms")
@@ -132,7 +138,7 @@ class CampaignSpec(BaseModel):
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
             raise ValueError(f"delay: {error}") from error
-        policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot)
+        policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot, self.decisions_per_second)
         check_floor(policy, self.exploration_floor)
         new = type(self) is CampaignSpec  # a request; a stored campaign made before a refusal rule still loads
         if new and isinstance(policy, SchedulePolicy) and (reason := policy.cannot_learn()) is not None:
@@ -180,7 +186,7 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def policy_impl(self) -> Policy:
-        return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot)
+        return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot, self.decisions_per_second)
 
     @cached_property
     def plans(self) -> bool:

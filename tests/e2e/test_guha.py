@@ -36,7 +36,11 @@ def test_guha_campaign_end_to_end(tmp_path, redis_url, redis_prefix, postgres_ur
         default = http.post("/campaigns", json={**BODY, "id": "guha-defaults", "policy": {"name": "guha-bayes"}})
         assert default.status_code == 201, default.text
         resolved = default.json()["policy"]["resolved_params"]
-        assert (resolved["horizon"], resolved["delay"], resolved["prior_a"]) == (100, 2, 1.0)  # window; p95 · 1/s
+        # no rate declared: 1/s, p95 · 1/s = 2 decisions; the window is 600 s of them, on 60 steps of 10
+        assert (resolved["horizon"], resolved["delay"], resolved["prior_a"], resolved["unit"]) == (600, 2, 1.0, 10)
+        declared = {**BODY, "id": "guha-rate", "policy": {"name": "guha-bayes"}, "decisions_per_second": 20}
+        rated = http.post("/campaigns", json=declared).json()["policy"]["resolved_params"]
+        assert (rated["decisions_per_second"], rated["delay"]) == (20, 40)  # the campaign's rate: 2 s · 20/s
 
         too_large = {
             **BODY,

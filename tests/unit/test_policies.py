@@ -283,25 +283,40 @@ def exact_win_probability(a: tuple[float, float], b: tuple[float, float]) -> flo
 
 
 def test_thompson_choice_frequency_and_propensity() -> None:
-    """Posteriors Beta(1 + S, 1 + N − S) of (N, S) = (10, 3) and (10, 5)."""
+    """Posteriors Beta(1 + S, 1 + N − S) of (N, S) = (10, 3) and (10, 5): the arm is drawn with the exact
+    win probability, and the propensity logged is that probability."""
     win = exact_win_probability((6, 6), (4, 8))  # arm 1 beats arm 0
     runs = 4000
     data = tile(one_run([10, 10], [3, 5], [10, 10], 21), runs)
-    policy = make_policy("thompson", {"propensity_samples": 2000}, 2)
+    policy = make_policy("thompson", {}, 2)
     choice = policy.choose(data, np.random.default_rng(8))
     assert (choice.arm == 1).mean() == pytest.approx(win, abs=4 * math.sqrt(win * (1 - win) / runs))
-    expected = np.where(choice.arm == 1, win, 1 - win)
-    # (1 + hits)/(M + 1) averages p + (1 − p)/(M + 1); one estimate has sd sqrt(p(1 − p)/M)
-    bias = (1 - expected) / 2001
-    assert np.abs(choice.propensity - expected - bias).max() < 5 * math.sqrt(0.25 / 2000)
-    assert abs((choice.propensity - expected - bias).mean()) < 5 * math.sqrt(0.25 / 2000 / runs)
+    np.testing.assert_allclose(choice.propensity, np.where(choice.arm == 1, win, 1 - win), atol=1e-9)
+
+
+def test_thompson_propensity_is_a_function_of_the_posterior_and_draws_nothing() -> None:
+    """Two generators, the same posterior: the same probabilities; the generator is left where drawing the
+    arm alone (``choose_arms``) leaves it. Beyond 10 arms too, where they are a Monte Carlo estimate."""
+    for arms in (3, 12):
+        data = random_stats(np.random.default_rng(30), 5, arms)
+        policy = make_policy("thompson", {"propensity_samples": 50}, arms)
+        first, second = policy.choose(data, np.random.default_rng(1)), policy.choose(data, np.random.default_rng(2))
+        assert first.probabilities is not None and second.probabilities is not None
+        np.testing.assert_array_equal(first.probabilities, second.probabilities)
+        np.testing.assert_allclose(first.probabilities.sum(axis=1), 1.0)
+        rng, alone = np.random.default_rng(3), np.random.default_rng(3)
+        np.testing.assert_array_equal(policy.choose(data, rng).arm, policy.choose_arms(data, alone))
+        assert rng.random() == alone.random()
 
 
 def test_thompson_propensity_is_never_zero() -> None:
-    data = one_run([1000, 1000], [10, 900], [1000, 1000], 2001)
-    rng = np.random.default_rng(9)
-    choice = make_policy("thompson", {"propensity_samples": 1}, 2).choose(data, rng)
-    assert choice.arm[0] == 1 and choice.propensity[0] == 1.0
+    """Beyond 10 arms the estimate is (hits + 1/K)/(M + 1): an arm no draw favoured still has 1/(K(M + 1))."""
+    pulls = [1000] * 12
+    data = one_run(pulls, [900] + [10] * 11, pulls, 12001)
+    choice = make_policy("thompson", {"propensity_samples": 1}, 12).choose(data, np.random.default_rng(9))
+    assert choice.probabilities is not None
+    assert choice.arm[0] == 0 and (choice.probabilities > 0).all()
+    np.testing.assert_allclose(choice.probabilities[0, 1:], 1 / 24)
     assert make_policy("thompson", {}, 2).params() == {"propensity_samples": 1000}
 
 
@@ -320,8 +335,6 @@ def test_batch_equals_one_run_calls(policy: Policy) -> None:
     singles = [row(data, r) for r in range(60)]
     for method in (policy.index, policy.estimate, policy.effective_pulls):
         np.testing.assert_array_equal(method(data), np.concatenate([method(single) for single in singles]))
-    if policy.name in ("thompson", "delayed-thompson"):
-        return  # draws (R, K) posterior samples then (M, R, K): the stream is not split per run
     batch = policy.choose(data, np.random.default_rng(11))
     rng = np.random.default_rng(11)
     one_by_one = [policy.choose(single, rng) for single in singles]
@@ -475,29 +488,18 @@ def test_decisions_together_are_successive_rounds(policy: Policy) -> None:
     np.testing.assert_array_equal(rows.pulls, np.repeat(single.pulls, 5, axis=0))
     together = policy.choose_together(single, 5, np.random.default_rng(13))
     assert together.arm.shape == together.propensity.shape == (5,)
-    if policy.name not in ("thompson", "delayed-thompson"):
-        alone = policy.choose(rows, np.random.default_rng(13))
-        np.testing.assert_array_equal(together.arm, alone.arm)
-        np.testing.assert_array_equal(together.propensity, alone.propensity)
+    alone = policy.choose(rows, np.random.default_rng(13))
+    np.testing.assert_array_equal(together.arm, alone.arm)
+    np.testing.assert_array_equal(together.propensity, alone.propensity)
 
 
-def test_thompson_together_shares_the_propensity_draws_and_keeps_their_distribution() -> None:
-    """Each decision's propensity is (hits + its own draw) / (M + 1) with the batch's M draws: over many
-    groups, its mean is the exact win probability plus the (1 − p)/(M + 1) of the estimator."""
-    win = exact_win_probability((6, 6), (4, 8))
-    policy = make_policy("thompson", {"propensity_samples": 400}, 2)
-    rng = np.random.default_rng(14)
-    propensities, arms = [], []
-    for _ in range(600):
-        choice = policy.choose_together(one_run([10, 10], [3, 5], [10, 10], 21), 8, rng)
-        assert choice.probabilities is not None
-        np.testing.assert_allclose(choice.probabilities.sum(axis=1), 1.0)
-        hits = choice.probabilities * 401 - np.eye(2)[choice.arm]  # the shared part, the same for every row
-        np.testing.assert_allclose(hits, np.repeat(hits[:1], 8, axis=0), atol=1e-9)
-        propensities += choice.propensity.tolist()
-        arms += choice.arm.tolist()
-    chosen = np.array(arms)
-    expected = np.where(chosen == 1, win, 1 - win)
-    assert (chosen == 1).mean() == pytest.approx(win, abs=4 * math.sqrt(win * (1 - win) / chosen.size))
-    error = np.array(propensities) - expected - (1 - expected) / 401
-    assert abs(error.mean()) < 5 * math.sqrt(0.25 / 400 / 600)  # 600 independent groups
+def test_thompson_together_draws_each_arm_and_shares_the_propensities() -> None:
+    """A group's rows draw their arms one by one, as ``choose`` on the repeated rows, and share the one
+    posterior's exact probabilities."""
+    policy = make_policy("thompson", {}, 2)
+    single = one_run([10, 10], [3, 5], [10, 10], 21)
+    together = policy.choose_together(single, 8, np.random.default_rng(14))
+    alone = policy.choose(single.successive(8), np.random.default_rng(14))
+    np.testing.assert_array_equal(together.arm, alone.arm)
+    assert together.probabilities is not None
+    np.testing.assert_allclose(together.probabilities, np.repeat(policy.standing(single), 8, axis=0))

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from latebandit.policies import ArmStats, make_policy
+from latebandit.policies.baselines import Thompson
 from latebandit.sim.environment import Environment, policy_generator
 from latebandit.sim.runner import PolicyResult, contract_json, recording_rounds, run_policy, simulate
-from latebandit.sim.scenario import Scenario, ScenarioError, scenario_from_mapping
+from latebandit.sim.scenario import PolicySpec, Scenario, ScenarioError, scenario_from_mapping
 
 GEOMETRIC = {"family": "geometric", "p": 0.02}
 
@@ -148,6 +149,39 @@ def test_policies_that_cannot_consume_the_feedback_are_refused() -> None:
     scenario = make([{"name": "delayed-klucb"}], feedback="anonymous")
     with pytest.raises(ScenarioError, match=r"learns from attributed conversions.*only sums are observed"):
         simulate(scenario)
+
+
+def test_a_policy_its_feed_refuses_fails_the_scenario_before_any_policy_runs() -> None:
+    """The second policy's feed refuses it (adapt-patient-bandits' moving α has no exact Σψ(age) in the
+    simulator): the run stops before the first policy plays a round, naming the second policy."""
+    invalid = {"name": "adapt-patient-bandits", "params": {"age_aware": 1}}
+    scenario = make([{"name": "ucb1"}, invalid])
+    started: list[str] = []
+
+    def progress(spec: PolicySpec) -> None:
+        started.append(spec.label)
+
+    with pytest.raises(ScenarioError, match=r"policies\[1\] 'adapt-patient-bandits': .*age_aware.*no policy was run"):
+        simulate(scenario, progress)
+    assert started == []
+
+
+def test_the_simulator_computes_no_propensity_it_does_not_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thompson's propensity costs more than its choice: a run without an event log never asks for it, and
+    plays exactly the arms of a run that logs every propensity (the propensity draws nothing)."""
+    scenario = make([{"name": "thompson"}])
+    logged: list[float] = []
+    with_log = run_policy(
+        scenario, scenario.policies[0], observe=lambda n, choice, pull: logged.extend(choice.propensity)
+    )
+    assert len(logged) == scenario.runs * scenario.horizon and min(logged) > 0
+
+    def refuse(*args: Any) -> np.ndarray:
+        raise AssertionError("a propensity nobody logs was computed")
+
+    monkeypatch.setattr(Thompson, "win_chances", refuse)
+    without = run_policy(scenario, scenario.policies[0])
+    np.testing.assert_array_equal(without.regret, with_log.regret)
 
 
 def test_result_quantities() -> None:

@@ -4,7 +4,8 @@ Each API worker keeps, per campaign, the planned copy of the campaign's policy (
 docs/design-notes.md). /choose never solves: it asks ``policy_for``, which answers at once with the planned
 policy, or, while the first plan is being solved, with the unplanned one (whose rule is the plan's own
 fallback: the arm of highest posterior mean). A solve runs in a worker thread, started by the decision
-that finds the plan missing or due (its rolling window half used, docs/design-notes.md), and it is re-rooted at the
+that finds the plan missing or due (its rolling window half used, or no arm wanting a play a delay after it
+started: ``GuhaBayes.replan_due``, docs/design-notes.md), and it is re-rooted at the
 campaign's posteriors at that moment. Its cost (seconds, states, memory) goes to the metrics.
 """
 

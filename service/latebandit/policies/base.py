@@ -223,6 +223,12 @@ class Policy(ABC):
     def choose(self, stats: ArmStats, rng: np.random.Generator) -> Choice:
         """The arm for each run's next round and the probability it had of being chosen."""
 
+    def choose_arms(self, stats: ArmStats, rng: np.random.Generator) -> np.ndarray:
+        """(R,) the arms ``choose`` plays, drawing the same numbers from ``rng``, for a caller that logs no
+        propensity (the simulator without an event log or a floor). A policy whose propensity costs more
+        than its choice (Thompson) skips computing it here."""
+        return self.choose(stats, rng).arm
+
     def choose_together(self, stats: ArmStats, decisions: int, rng: np.random.Generator) -> Choice:
         """``decisions`` successive decisions from the same one-run statistics (the service's group commit);
         a policy whose rows would repeat work (Thompson's propensity) shares it."""

@@ -102,21 +102,8 @@ class BlockStreamArm:
             )
 
     def _learned(self, depth: int, lam: float, tie_play: bool, by_clock: bool) -> np.ndarray:
-        """(3, d + 1, H + 1) V, R, N past the depth cap: play every remaining step iff μ ≥ λ."""
-        horizon = self.shape.horizon
-        mu = self._mean[depth][:, None]
-        steps = np.arange(horizon + 1, dtype=np.float64)
-        left = horizon - steps if by_clock else steps
-        play = (mu - lam >= -TIE) if tie_play else (mu - lam > TIE)
-        plays = np.where(play, left, 0.0)
-        return np.stack([plays * (mu - lam), plays * mu, plays])
-
-    @staticmethod
-    def _improve(chosen: np.ndarray, best: np.ndarray, candidate: np.ndarray, code: int) -> None:
-        """Take ``candidate`` (3, d + 1, H) where its value beats the best so far by more than TIE."""
-        better = candidate[0] > chosen[0] + TIE
-        chosen[:, better] = candidate[:, better]
-        best[better] = code
+        """(3, d + 1, H + 1) V, R, N past the depth cap."""
+        return learned(self._mean[depth][:, None], self.shape.horizon, lam, tie_play, by_clock)
 
     def solve(self, lam: float, tie_play: bool = True, tables: bool = False) -> ArmSolution:
         shape = self.shape
@@ -152,13 +139,13 @@ class BlockStreamArm:
                     candidate[:, :, :reach] += weight * following[:, k : k + d + 1, ell + delay : ell + delay + reach]
                 candidate += np.stack([ell * (mu - lam), ell * mu, np.full_like(mu, float(ell))])
                 candidate[:, :, left < ell] = -np.inf
-                self._improve(chosen, best, candidate, ell)
+                improve(chosen, best, candidate, ell)
             enters = left > delay + 1
             rest = np.where(enters, left - delay - 1, 0)
             candidate = mu * stream_next[:, 1:, rest] + (1 - mu) * stream_next[:, :-1, rest]
             candidate += np.stack([(delay + 1) * (mu - lam), (delay + 1) * mu, np.full_like(mu, delay + 1.0)])
             candidate[:, :, ~enters] = -np.inf
-            self._improve(chosen, best, candidate, STREAM)
+            improve(chosen, best, candidate, STREAM)
             go = chosen[0] >= -TIE if tie_play else chosen[0] > TIE
             start = np.zeros((3, d + 1, horizon + 1))
             start[:, :, :horizon] = np.where(go, chosen, 0.0)
@@ -171,6 +158,24 @@ class BlockStreamArm:
             stream_next = stream
         value, reward, plays = blocks[0][:, 0, 0]
         return ArmSolution(float(value), float(reward), float(plays), action, stream_from)
+
+
+def learned(mu: np.ndarray, horizon: int, lam: float, tie_play: bool, by_clock: bool) -> np.ndarray:
+    """(3, n, H + 1) V, R, N of learned posteriors of means ``mu`` (n, 1): play every remaining step iff
+    μ ≥ λ; indexed by the clock τ (``by_clock``, H − τ steps left) or by the steps left h."""
+    steps = np.arange(horizon + 1, dtype=np.float64)
+    left = horizon - steps if by_clock else steps
+    play = (mu - lam >= -TIE) if tie_play else (mu - lam > TIE)
+    plays = np.where(play, left, 0.0)
+    return np.stack([plays * (mu - lam), plays * mu, plays])
+
+
+def improve(chosen: np.ndarray, best: np.ndarray, candidate: np.ndarray, code: int) -> None:
+    """Take ``candidate`` (3, n, H) where its value beats the best so far (``chosen``) by more than TIE, and
+    record its action ``code`` in ``best``: an option tried later must do strictly better."""
+    better = candidate[0] > chosen[0] + TIE
+    np.copyto(chosen, candidate, where=better[None])
+    np.copyto(best, code, where=better)
 
 
 def first_continuing(keep: np.ndarray) -> np.ndarray:

@@ -17,7 +17,11 @@ No per-arm block state is stored, so the execution is a Markov rule on (s, f, o,
 
 Deviations, because this reads the state instead of storing it: a block whose outcomes come back while it
 is still being played may grow into a stream, and the LP mix θ is not drawn: every arm runs P⁺ (λ* − ε,
-ties play). The reproduction ``guha-lp-gap`` measures what the feasible policy gets against the LP bound.
+ties play). A plan on steps (``unit`` > 1, blockstream_steps.py: realistic rates) reads its tables at the
+step the arm's resolved count has reached and the grid cell of its posterior mean, and continues a stream
+only where the block-start table asks for no block: with a delay of several steps, a block's plays still in
+flight would otherwise read as a stream's, and each arm would play for a whole delay before the next one
+opens. The reproduction ``guha-lp-gap`` measures what the feasible policy gets against the LP bound.
 """
 
 from __future__ import annotations
@@ -31,9 +35,16 @@ import numpy as np
 from latebandit.delays.models import DelayModel
 from latebandit.policies.base import ArmStats, Choice, Param, Policy, Setting
 from latebandit.policies.blockstream import QUIT, STREAM, triangle
-from latebandit.policies.guha_plan import Plan, check_size, largest_depth, shapes_for, solve_plan
+from latebandit.policies.blockstream_steps import SteppedArm
+from latebandit.policies.guha_plan import Plan, check_size, fits, fits_exactly, largest_depth, shapes_for, solve_plan
 
-PLANNING_WINDOW = 100  # plays in the service's rolling planning window (docs/design-notes.md) when none is given
+PLANNING_WINDOW = 100  # the least rolling planning window (docs/design-notes.md), in decisions
+WINDOW_DELAYS = 16  # the service's window spans up to this many δ, so that the plan outlives several blocks
+STEP_SECONDS = 60.0  # ... in steps of at most a minute of traffic, so that every arm opens within minutes
+PLAN_SECONDS = 600.0  # and at least this long at the rate: a plan serves half of it (seconds of solving)
+EXACT_HORIZON = 200  # horizons up to this (decisions) are planned exactly when the DP fits (blockstream.py)
+HORIZON_STEPS = 64  # a plan on steps counts its horizon in at most this many steps
+MAX_DELAY_STEPS = 8  # and δ in at most this many: outcomes later than that are taken when they come
 MAX_DELAY_SEARCH = 1 << 40
 
 
@@ -53,23 +64,31 @@ def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
 
 
 class GuhaBayes(Policy):
-    """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``horizon`` (plays planned:
-    the scenario's horizon, or the service's rolling window of 100 plays); ``delay`` (δ in plays: the
+    """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``delay`` (δ in decisions: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
-    service); ``depth`` (depth cap D: by default the deepest that fits the size caps, at most the horizon);
-    ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan wants it
-    (docs/algorithms/guha.md), 1 to the one of highest posterior mean among them [ours, see docs/reproductions.md]."""
+    service); ``decisions_per_second`` (default: the campaign's declared ``decisions_per_second``, else 1);
+    ``horizon`` (decisions planned: the scenario's horizon, or the service's rolling window: WINDOW_DELAYS·δ,
+    at most HORIZON_STEPS steps of STEP_SECONDS at the rate, at least 100 decisions and PLAN_SECONDS at the
+    rate, so that the plan outlives its blocks and its solve and opens every arm within minutes); ``unit``
+    (decisions per plan step: 1 is the exact DP, used by default when the horizon is at most EXACT_HORIZON
+    and the DP fits at a depth cap of 64; else ⌈horizon/HORIZON_STEPS⌉, the DP on steps of
+    blockstream_steps.py, with δ counted in at most MAX_DELAY_STEPS steps); ``depth`` (depth cap D of the
+    exact DP: by default the deepest that fits the size caps, at most the horizon; giving it asks for the
+    exact DP); ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan
+    wants it (docs/algorithms/guha.md), 1 to the one of highest posterior mean among them [ours, see
+    docs/reproductions.md]."""
 
     name: ClassVar[str] = "guha-bayes"
     delay_corrected: ClassVar[bool] = True
     PARAMS: ClassVar[Mapping[str, Param]] = {
         "prior_a": Param(float, 1.0, 1e-6, 1e6),
         "prior_b": Param(float, 1.0, 1e-6, 1e6),
-        "horizon": Param(int, PLANNING_WINDOW, 1, 100_000),
+        "horizon": Param(int, PLANNING_WINDOW, 1, 1e12),
         "delay": Param(int, 0, 0),
         "depth": Param(int, 0, 0),
+        "unit": Param(int, 0, 0),
         "delay_quantile": Param(float, 0.95, 0.5, 0.999),
-        "decisions_per_second": Param(float, 1.0, 1e-6, 1e6),
+        "decisions_per_second": Param(float, 1.0, 1e-6, 1e9),
         "priority": Param(int, 0, 0, 1),
     }
 
@@ -85,24 +104,45 @@ class GuhaBayes(Policy):
         """``plan`` starts at decision index ``start`` from the resolved counts ``base`` (None: zero)."""
         super().__init__(n_arms, **params)
         resolved = self._params
-        if setting is not None and "horizon" not in params and setting.horizon is not None:
-            resolved["horizon"] = setting.horizon
         if setting is not None and "delay" not in params and setting.delays:
             rate = resolved["decisions_per_second"] if setting.seconds else 1.0
             resolved["delay"] = max(delay_in_plays(m, resolved["delay_quantile"], rate) for m in setting.delays)
+        if setting is not None and "horizon" not in params:
+            rate = resolved["decisions_per_second"]
+            resolved["horizon"] = setting.horizon or max(
+                PLANNING_WINDOW,
+                min(WINDOW_DELAYS * self._int_param("delay"), math.ceil(HORIZON_STEPS * STEP_SECONDS * rate)),
+                math.ceil(PLAN_SECONDS * rate),
+            )
         a, b = resolved["prior_a"], resolved["prior_b"]
         horizon, delay = self._int_param("horizon"), self._int_param("delay")
         # A simulation plans once, from the shared prior: one DP. The service re-plans from each arm's own
         # posterior (docs/design-notes.md): up to one DP per arm, which is what its caps must allow.
         roots = 1 if setting is not None and setting.horizon is not None else self.n_arms
-        if resolved["depth"] == 0:
-            resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
-        resolved["depth"] = min(resolved["depth"], horizon)
-        check_size(shapes_for([(a, b)], horizon, delay, self._int_param("depth")) * roots)
+        if resolved["unit"] == 0:
+            exact = "depth" in params or (horizon <= EXACT_HORIZON and fits_exactly(a, b, horizon, delay, roots))
+            resolved["unit"] = 1 if exact else max(1, -(-horizon // HORIZON_STEPS))
+            while not exact and not fits(shapes_for([(a, b)], *self.steps(), 0, self._int_param("unit")) * roots):
+                resolved["unit"] = self._int_param("unit") * 5 // 4 + 1  # fewer, longer steps (many arms)
+        unit = self._int_param("unit")
+        if unit == 1:
+            if resolved["depth"] == 0:
+                resolved["depth"] = largest_depth(a, b, horizon, delay, roots)
+            resolved["depth"] = min(resolved["depth"], horizon)
+        check_size(shapes_for([(a, b)], *self.steps(), self._int_param("depth"), unit) * roots)
         self._setting = setting
         self.plan = plan
         self.start = start
         self.base = base
+
+    def steps(self) -> tuple[int, int]:
+        """(horizon, delay) in plan steps: whole steps, the delay rounded up (its outcomes are all in by then)
+        and, on steps, at most MAX_DELAY_STEPS [ours]: where the delay's quantile is longer, the plan does not
+        wait for it; its posterior counts the outcomes in by then (the delay-corrected Ñ), later ones as
+        they come (docs/algorithms/guha.md)."""
+        unit = self._int_param("unit")
+        delay = -(-self._int_param("delay") // unit)
+        return -(-self._int_param("horizon") // unit), delay if unit == 1 else min(delay, MAX_DELAY_STEPS)
 
     def prepare(self, stats: ArmStats) -> GuhaBayes:
         """This policy with its plan solved from the first run's current posteriors (the prior at the
@@ -110,12 +150,18 @@ class GuhaBayes(Policy):
         a, b = self._params["prior_a"], self._params["prior_b"]
         successes, failures, _ = self.resolved(stats)
         roots = [(a + s, b + f) for s, f in zip(successes[0], failures[0], strict=True)]
-        plan = solve_plan(roots, self._int_param("horizon"), self._int_param("delay"), self._int_param("depth"))
+        plan = solve_plan(roots, *self.steps(), self._int_param("depth"), self._int_param("unit"))
         return GuhaBayes(self.n_arms, self._setting, plan, int(stats.t[0]), (successes[0], failures[0]), **self._params)
 
     def replan_due(self, stats: ArmStats) -> bool:
-        """Whether the rolling window (docs/design-notes.md) asks for a new plan: none yet, or half of it used."""
-        return self.plan is None or int(stats.t[0]) - self.start >= self.plan.horizon // 2
+        """Whether the rolling window (docs/design-notes.md) asks for a new plan: none yet, half of it used, or no arm
+        wanting a play at least a delay (δ + 1 steps) after it started (an empty active set: its
+        arms have quit, e.g. a first plan from a prior far from the rates seen)."""
+        if self.plan is None:
+            return True
+        age = int(stats.t[0]) - self.start
+        idle = age >= (self.plan.delay + 1) * self.plan.unit and not self.wants(stats).any()
+        return age >= self.plan.decisions // 2 or idle
 
     @staticmethod
     def resolved(stats: ArmStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,7 +192,8 @@ class GuhaBayes(Policy):
         if self.base is not None:
             successes = successes - self.base[0]
             failures = failures - self.base[1]
-        clock = np.asarray(stats.t, dtype=np.int64) - self.start  # τ on the real clock (docs/algorithms/guha.md, ours)
+        unit = plan.unit
+        clock = (np.asarray(stats.t, dtype=np.int64) - self.start) // unit  # τ on the real clock (ours, docs/algorithms/guha.md)
         left = plan.horizon - clock
         out = np.zeros((runs, arms), dtype=bool)
         live = (left > 0) & (clock >= 0)
@@ -154,21 +201,28 @@ class GuhaBayes(Policy):
             return out
         s = np.maximum(successes, 0).astype(np.int64)
         f = np.maximum(failures, 0).astype(np.int64)
-        depth = s + f
+        depth = (s + f) if unit == 1 else np.rint((s + f) / unit).astype(np.int64)
         capped = depth > plan.depth
-        row = np.where(capped, 0, triangle(np.minimum(depth, plan.depth)) + np.minimum(s, depth))
-        tau = np.clip(clock, 0, plan.horizon - 1)[:, None]
+        tau = np.clip(clock, 0, plan.horizon - 1)
         stream = plan.delay + 1
         for k in range(arms):
-            table = plan.tables[plan.table_of[k]]
-            action = table.action[row[:, k], tau[:, 0]]
-            cap = np.where(action == STREAM, stream, np.where(action == QUIT, 0, action))
-            flowing = (in_flight[:, k] >= 1) & (left >= table.stream_from[row[:, k]])
-            cap = np.where(flowing, stream, cap)
             a, b = plan.roots[k]
-            learned = (a + successes[:, k]) / (a + b + depth[:, k]) >= plan.multiplier
-            cap = np.where(capped[:, k], np.where(learned, stream, 0), cap)
-            out[:, k] = live & (in_flight[:, k] < cap)
+            mean = (a + s[:, k]) / (a + b + s[:, k] + f[:, k])
+            table, dp = plan.tables[plan.table_of[k]], plan.arms[plan.table_of[k]]
+            if isinstance(dp, SteppedArm):
+                row = dp.rows_of(mean, np.minimum(depth[:, k], plan.depth))
+            else:
+                row = triangle(np.minimum(depth[:, k], plan.depth)) + np.minimum(s[:, k], depth[:, k])
+            row = np.where(capped[:, k], 0, row)
+            assert table.action is not None and table.stream_from is not None  # P⁺ is solved with its tables
+            action = table.action[row, tau]
+            cap = np.where(action == STREAM, stream, np.where(action == QUIT, 0, action))
+            flowing = (in_flight[:, k] >= 1) & (left >= table.stream_from[row])
+            if unit > 1:  # on steps a block's plays in flight are not a stream's (see the module docstring)
+                flowing &= action <= QUIT
+            cap = np.where(flowing, stream, cap)
+            cap = np.where(capped[:, k], np.where(mean >= plan.multiplier, stream, 0), cap)
+            out[:, k] = live & (in_flight[:, k] < cap * unit)
         return out
 
     def _rank(self) -> np.ndarray:
@@ -203,7 +257,8 @@ class GuhaBayes(Policy):
             return {"status": "solving"}
         return {
             "status": "ready", "multiplier": plan.multiplier, "mix": plan.mix, "lp_bound": plan.bound,
-            "order": list(plan.order), "horizon": plan.horizon, "delay_plays": plan.delay, "depth": plan.depth,
+            "order": list(plan.order), "horizon": plan.decisions, "delay_plays": plan.delay * plan.unit,
+            "unit": plan.unit, "steps": plan.horizon, "depth": plan.depth,
             "start": self.start, "states": plan.cost.states, "table_bytes": plan.cost.table_bytes,
             "working_bytes": plan.cost.working_bytes,
         }  # fmt: skip

@@ -78,11 +78,15 @@ class FeedPlayer:
     def play_block(self, rounds: int) -> np.ndarray:
         n = self.env.round
         self._t.fill(n)
-        choice = self._choose()
-        arms = choice.arm
-        pull = self.env.pull(arms)
-        if self.observe is not None:
-            self.observe(n, choice, pull)
+        if self.observe is None and self.floor <= 0.0 and self._standing_rounds == 1:  # no propensity needed
+            arms = self.policy.choose_arms(self.feed.stats(self._t), self.rng)
+            pull = self.env.pull(arms)
+        else:
+            choice = self._choose()
+            arms = choice.arm
+            pull = self.env.pull(arms)
+            if self.observe is not None:
+                self.observe(n, choice, pull)
         ledger = self.feed.ledger
         ledger.pulls[self._runs, arms] += 1.0
         self.feed.record(pull)

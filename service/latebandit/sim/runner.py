@@ -78,7 +78,10 @@ def recording_rounds(scenario: Scenario) -> np.ndarray:
 
 
 def check_runnable(scenario: Scenario) -> None:
-    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it).
+    """Refuse, with the reason, policies that cannot consume the scenario's feedback (rather than fake it),
+    before any policy runs: a run that fails at its fourth policy has lost the first three's time and writes
+    no results. Each policy is built with the scenario's setting and, when it reads a feed, so is that feed
+    (on a one-run environment: a feed may refuse a policy's parameters, e.g. the Manegueu feed).
     Attributed conversions can always be summed into anonymous observations (docs/architecture.md), not the reverse; a
     policy that reads no feedback at all (uniform, fixed: the first baselines anyone draws) runs under any."""
     for i, spec in enumerate(scenario.policies):
@@ -89,6 +92,11 @@ def check_runnable(scenario: Scenario) -> None:
                 f"is {scenario.feedback!r}: only sums are observed. Use a policy for anonymous feedback (odaaf, "
                 "odaaf-b, odaaf-v, ars-ucb, ars-exp3, clw) or feedback 'attributed'."
             )
+        if not isinstance(policy, SchedulePolicy):
+            try:
+                make_feed(spec.feed, policy, Ledger(1, scenario.n_arms), Environment(scenario, runs=1))
+            except (ScenarioError, ValueError) as error:
+                raise ScenarioError(f"policies[{i}] {spec.label!r}: {error} (no policy was run)") from error
 
 
 def make_policy_for(scenario: Scenario, spec: PolicySpec) -> Policy:
