@@ -1,5 +1,5 @@
 """The Block+Stream DP of blockstream.py on coarse steps, for delays and horizons of thousands of decisions
-(docs/algorithms/guha.md, plans on steps: at 20 decisions a second a 95 % delay of 7 minutes is 8,843 decisions, and the
+(docs/algorithms/guha.md: at 20 decisions a second a 95 % delay of 7 minutes is 8,843 decisions, and the
 exact DP's O(D²·H·δ²) work is out of reach; the exact one stays for small problems).
 
 One step is ``unit`` decisions sent to the same arm. Its outcome is the number of conversions among them,

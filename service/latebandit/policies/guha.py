@@ -193,7 +193,7 @@ class GuhaBayes(Policy):
             successes = successes - self.base[0]
             failures = failures - self.base[1]
         unit = plan.unit
-        clock = (np.asarray(stats.t, dtype=np.int64) - self.start) // unit  # τ on the real clock (ours, docs/algorithms/guha.md)
+        clock = (np.asarray(stats.t, dtype=np.int64) - self.start) // unit  # τ on the real clock (ours)
         left = plan.horizon - clock
         out = np.zeros((runs, arms), dtype=bool)
         live = (left > 0) & (clock >= 0)
