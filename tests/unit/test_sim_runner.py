@@ -13,6 +13,7 @@ import pytest
 from latebandit.policies import ArmStats, make_policy
 from latebandit.policies.baselines import Thompson
 from latebandit.sim.environment import Environment, policy_generator
+from latebandit.sim.patient import make_feed
 from latebandit.sim.runner import PolicyResult, contract_json, recording_rounds, run_policy, simulate
 from latebandit.sim.scenario import PolicySpec, Scenario, ScenarioError, scenario_from_mapping
 
@@ -151,11 +152,19 @@ def test_policies_that_cannot_consume_the_feedback_are_refused() -> None:
         simulate(scenario)
 
 
-def test_a_policy_its_feed_refuses_fails_the_scenario_before_any_policy_runs() -> None:
-    """The second policy's feed refuses it (adapt-patient-bandits' moving α has no exact Σψ(age) in the
-    simulator): the run stops before the first policy plays a round, naming the second policy."""
-    invalid = {"name": "adapt-patient-bandits", "params": {"age_aware": 1}}
-    scenario = make([{"name": "ucb1"}, invalid])
+def test_a_policy_its_feed_refuses_fails_the_scenario_before_any_policy_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed that refuses the second policy (as the Manegueu feed once refused adapt-patient-bandits' moving
+    α; no shipped feed refuses a valid policy now, so the refusal is made here) stops the run before the first
+    policy plays a round, naming the second policy."""
+    from latebandit.sim import runner
+
+    def refusing_feed(spec: Any, policy: Any, ledger: Any, env: Any) -> Any:
+        if policy.name == "adapt-patient-bandits":
+            raise ValueError("this feed cannot follow age_aware")
+        return make_feed(spec, policy, ledger, env)
+
+    monkeypatch.setattr(runner, "make_feed", refusing_feed)
+    scenario = make([{"name": "ucb1"}, {"name": "adapt-patient-bandits"}])
     started: list[str] = []
 
     def progress(spec: PolicySpec) -> None:
