@@ -19,9 +19,11 @@ BODY = {"id": "guha", "arms": ["a", "b", "c"], "policy": {"name": "guha-bayes", 
 
 
 def wait_for_plan(http, campaign: str, timeout: float = 120.0) -> dict:
+    """One decision starts the solve; then only the state is read, so that the plan's window is not used up by
+    decisions made while a slow machine solves (its re-plan would then replace the plan this returns)."""
+    http.post("/choose", json={"campaign": campaign})  # the decision that finds no plan starts the solve
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        http.post("/choose", json={"campaign": campaign})  # the decision that finds no plan starts the solve
         plan = http.get(f"/campaigns/{campaign}/state").json()["policy_state"]["plan"]
         if plan["status"] == "ready":
             return plan
