@@ -477,10 +477,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                               f"{sum(run.wall_seconds for run in done):.1f} s"
                               + "".join(f"; rejected {run.rejected}" for run in done if run.rejected)
                               + "".join(f"; {run.failure}" for run in done if run.failure))  # fmt: skip
-            results[name] = (world, seeds, runs)
-        if args.json:
-            entries = {name: world_report(*result) for name, result in results.items()}
-            args.json.write_text(json.dumps(report(entries), indent=1))
+                results[name] = (world, seeds, runs)
+                if args.json:  # after every policy: a long run interrupted keeps what it measured
+                    entries = {name: world_report(*result) for name, result in results.items()}
+                    args.json.write_text(json.dumps(report(entries), indent=1))
     for world, seeds, runs in results.values():
         summaries = summarize(world, runs)
         console.print(console_table(world, seeds, summaries))
