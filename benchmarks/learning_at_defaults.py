@@ -439,17 +439,25 @@ def world_report(world: World, seeds: Sequence[int], runs: dict[str, list[Run]])
             "runs": {policy: [asdict(run) for run in batch] for policy, batch in runs.items()}}  # fmt: skip
 
 
-def loaded(entry: dict[str, Any]) -> tuple[World, list[int], dict[str, list[Run]]]:
-    world = entry["world"]
-    world = World(**{**world, "rates": tuple(world["rates"])})
-    runs = {policy: [Run(**run) for run in batch] for policy, batch in entry["runs"].items()}
-    return world, entry["seeds"], runs
+def merged(files: list[dict[str, Any]]) -> dict[str, tuple[World, list[int], dict[str, list[Run]]]]:
+    """The worlds of several --json files, their policies' runs together (a world's seeds must agree)."""
+    results: dict[str, tuple[World, list[int], dict[str, list[Run]]]] = {}
+    for worlds in files:
+        for name, entry in worlds.items():
+            world = World(**{**entry["world"], "rates": tuple(entry["world"]["rates"])})
+            _, seeds, runs = results.setdefault(name, (world, entry["seeds"], {}))
+            if (world, seeds) != (results[name][0], entry["seeds"]):
+                raise SystemExit(f"{name}: the files disagree on the world or the seeds")
+            runs.update({policy: [Run(**run) for run in batch] for policy, batch in entry["runs"].items()})
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policies", nargs="+", choices=LEARNING, default=list(LEARNING), metavar="NAME",
-                        help="policies to measure (uniform and ucb1 always run: the ratios need them)")  # fmt: skip
+                        help="policies to measure (with uniform and ucb1: the ratios need them)")  # fmt: skip
+    parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True,
+                        help="run uniform and ucb1 too (--no-baselines: another run has them)")  # fmt: skip
     parser.add_argument("--world", nargs="+", choices=sorted(WORLDS), default=["W1"])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N, the same world draws for every policy")
     parser.add_argument("--decisions", type=int, help="decisions per run (default: the world's)")
@@ -457,14 +465,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "the embedded store")  # fmt: skip
     parser.add_argument("--json", type=Path, metavar="OUT", help="write every run and the thresholds as JSON")
     parser.add_argument("--markdown", action="store_true", help="also print the tables as the docs have them")
-    parser.add_argument("--load", type=Path, metavar="JSON", help="report an earlier --json instead of running")
+    parser.add_argument("--load", type=Path, nargs="+", metavar="JSON",
+                        help="report earlier --json files (merged) instead of running")  # fmt: skip
     args = parser.parse_args(argv)
     console = Console(width=200, stderr=args.markdown)
     if args.load:
-        entries = json.loads(args.load.read_text())["worlds"]
-        results = {name: loaded(entry) for name, entry in entries.items()}
+        results = merged([json.loads(path.read_text())["worlds"] for path in args.load])
     else:
-        policies = [*BASELINES, *(name for name in args.policies if name not in BASELINES)]
+        policies = [*(BASELINES if args.baselines else ()), *(name for name in args.policies if name not in BASELINES)]
         seeds = list(range(1, args.seeds + 1))
         results = {}
         for name in args.world:
