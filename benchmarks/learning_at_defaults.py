@@ -472,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.load:
         results = merged([json.loads(path.read_text())["worlds"] for path in args.load])
     else:
-        policies = [*(BASELINES if args.baselines else ()), *(name for name in args.policies if name not in BASELINES)]
+        policies = list(dict.fromkeys([*(BASELINES if args.baselines else ()), *args.policies]))
         seeds = list(range(1, args.seeds + 1))
         results = {}
         for name in args.world:
