@@ -344,15 +344,19 @@ class Summary:
 
 
 def summarize(world: World, runs: dict[str, list[Run]]) -> list[Summary]:
-    def mean(policy: str) -> float | None:
-        batch = runs.get(policy, [])
-        if not batch or any(run.failure or run.refused for run in batch):
+    def mean(policy: str, seeds: set[int]) -> float | None:
+        """The baseline's mean regret on ``seeds`` (the same draws as the policy compared), if it has them all."""
+        batch = [run for run in runs.get(policy, []) if run.seed in seeds]
+        if len(batch) < len(seeds) or any(run.failure or run.refused for run in batch):
             return None
         return float(np.mean([run.regret for run in batch]))
 
-    uniform, ucb1 = mean("uniform"), mean("ucb1")
     summaries = []
     for policy, batch in runs.items():
+        if not batch:
+            continue
+        seeds = {run.seed for run in batch}
+        uniform, ucb1 = mean("uniform", seeds), mean("ucb1", seeds)
         regret, error = mean_and_error(np.array([run.regret for run in batch]))
         first = [run.first_all_arms for run in batch]
         outcome, reasons = verdict(world, policy, batch, regret, uniform, ucb1)
@@ -477,18 +481,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = {}
         for name in args.world:
             world = WORLDS[name].with_decisions(args.decisions)
-            runs: dict[str, list[Run]] = {}
-            for policy in policies:
-                runs[policy] = [asyncio.run(measure(world, policy, seed, args.redis)) for seed in seeds]
-                done = runs[policy]
-                console.print(f"{name} {policy}: regret {[round(run.regret, 1) for run in done]}, "
-                              f"{sum(run.wall_seconds for run in done):.1f} s"
-                              + "".join(f"; rejected {run.rejected}" for run in done if run.rejected)
-                              + "".join(f"; {run.failure}" for run in done if run.failure))  # fmt: skip
-                results[name] = (world, seeds, runs)
-                if args.json:  # after every policy: a long run interrupted keeps what it measured
-                    entries = {name: world_report(*result) for name, result in results.items()}
-                    args.json.write_text(json.dumps(report(entries), indent=1))
+            runs: dict[str, list[Run]] = {policy: [] for policy in policies}
+            results[name] = (world, seeds, runs)
+            for seed in seeds:  # seed by seed: a run cut short still has every policy on its first seeds
+                for policy in policies:
+                    run = asyncio.run(measure(world, policy, seed, args.redis))
+                    runs[policy].append(run)
+                    problems = [f"rejected {run.rejected}" if run.rejected else None, run.failure, run.refused]
+                    console.print(f"{name} seed {seed} {policy}: regret {run.regret:.1f}, {run.wall_seconds:.1f} s"
+                                  + "".join(f"; {problem}" for problem in problems if problem))  # fmt: skip
+                    if args.json:  # after every run: a long run interrupted keeps what it measured
+                        entries = {name: world_report(*result) for name, result in results.items()}
+                        args.json.write_text(json.dumps(report(entries), indent=1))
     for world, seeds, runs in results.values():
         summaries = summarize(world, runs)
         console.print(console_table(world, seeds, summaries))
