@@ -77,7 +77,7 @@ async def test_attributed_run_matches_the_audit_log(tmp_path, policy: str) -> No
     assert max(ticks) == end
 
     # every arm played by the decision the harness says (the log's order is the decisions', checked below)
-    first_seen = {}
+    first_seen: dict[int, int] = {}
     for position, line in enumerate(decisions.values(), start=1):
         first_seen.setdefault(names[line["arm"]], position)
     assert len(first_seen) == len(WORLD.rates) and run.first_all_arms == max(first_seen.values())
