@@ -378,7 +378,7 @@ def verdict(
         return "fail", [f"seed {run.seed}: {run.failure}" for run in batch if run.failure]
     refusals = [run.refused for run in batch if run.refused]
     if refusals:
-        return "refused", refusals[:1]
+        return "refused", [refusal_detail(refusals[0])]
     if policy == "uniform":
         return "baseline", []
     reasons = []
@@ -389,6 +389,15 @@ def verdict(
     if ucb1 is not None and regret > NEAR_UCB1 * ucb1:
         reasons.append(f"regret {regret / ucb1:.2f}x ucb1's (> {NEAR_UCB1})")
     return ("fail" if reasons else "pass"), reasons
+
+
+def refusal_detail(refusal: str) -> str:
+    """The ``detail`` of a refusal kept as "status body", or all of it when the body is not the API's JSON."""
+    status, _, body = refusal.partition(" ")
+    try:
+        return f"{status}: {json.loads(body)['detail']}"
+    except (ValueError, TypeError, KeyError):
+        return refusal
 
 
 def console_table(world: World, seeds: Sequence[int], summaries: list[Summary]) -> Table:
