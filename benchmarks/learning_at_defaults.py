@@ -432,7 +432,8 @@ def cells(row: Summary, markdown: bool = False) -> list[str]:
     if row.outcome == "refused" or any(run.failure and not run.decisions for run in row.runs):
         return [name, "", "", "", "", "", verdict]
     first = ", ".join("never" if at is None else f"{at:,}" for at in row.first_all_arms)
-    return [name, f"{row.regret_mean:,.1f} ± {row.regret_se:,.1f}", ratio(row.to_uniform), ratio(row.to_ucb1),
+    error = f" ± {row.regret_se:,.1f}" if len(row.runs) > 1 else ""  # one seed has no standard error
+    return [name, f"{row.regret_mean:,.1f}{error}", ratio(row.to_uniform), ratio(row.to_ucb1),
             first, f"{row.decisions_per_wall_second:,.0f}", verdict]  # fmt: skip
 
 
