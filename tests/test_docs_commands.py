@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def marked_blocks() -> list[tuple[str, str, str]]:
     """(where, mode, block) for every marked block of the README and docs/."""
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     return [
         (f"{page.name}:{page.read_text()[: match.start()].count(chr(10)) + 1}", match.group(1), match.group(2))
         for page in pages
