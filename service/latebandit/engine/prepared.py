@@ -2,7 +2,7 @@
 
 A policy with no standing law (patient-bandits, which does not stand; an opening; qpm-d: engine/standing.py)
 pays its NumPy call on every decision, the largest part of a lone decision's time after the store's round
-trip (40 µs in the server at 3 arms). While a lone decision is being recorded, the next decision's statistics
+trip (docs/benchmarks.md). While a lone decision is being recorded, the next decision's statistics
 are known already where no one else writes meanwhile: the counters the record script will answer (those the
 worker holds, with the decision's pull counted: ``recorded``) and the histogram read it holds. The engine
 computes the next choice then, in a callback that runs while the worker waits for the script's reply (after
