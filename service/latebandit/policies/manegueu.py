@@ -162,7 +162,7 @@ class PatientBandits(ArgmaxPolicy):
         return {"alpha": float(self.alpha(stats)[0]), "bias": self.bias(stats, pulls)[0].tolist()}
 
     def index(self, stats: ArmStats) -> np.ndarray:
-        """+inf until an arm has its initial pulls (least-pulled first, IndexPolicy.choose)."""
+        """+inf until an arm has its initial pulls (least-pulled first, ArgmaxPolicy.choose)."""
         raw = np.asarray(stats.pulls, dtype=np.float64)
         fresh = raw < self._params["initial_pulls"]
         pulls = np.where(raw > 0, raw, 1.0)
