@@ -3,7 +3,7 @@ moved module) sends the next reader nowhere. Read: the docs, configuration and L
 file's comments and docstrings (its code's strings are data: a test's made-up paths, a container's own).
 Paths are resolved the way they are written: from the repository's root (``tests/unit/...``,
 ``docs/...``), from the package (``engine/core.py``, ``store/lua/claim_slots.lua``), from the writing
-file's folder (docs/README.md's ``reference/http-api.md``), and a bare script name (``claim_slots.lua``) from
+file's folder (docs/README.md's links into docs/reference), and a bare script name (``claim_slots.lua``) from
 the folder of the store's scripts."""
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ BEFORE = r"(?<![\w./:~$@-])"
 AFTER = r"(?![\w/*{<-])"
 NAMED = re.compile(
     BEFORE
-    + r"((?:\.\.?/)*"  # a relative path may climb: ../algorithms/x.md
-    + r"(?:" + "|".join(TOP) + r")/[\w.-]*[\w](?:/[\w.-]*[\w])*/?"  # from the root: tests/unit/x.py, docs/img/
+    + r"((?:\.\.?/)*(?:"  # a relative path may climb to a parent folder
+    + r"(?:" + "|".join(TOP) + r")/[\w.-]*[\w](?:/[\w.-]*[\w])*/?"  # from the root: tests/conftest.py, docs/img/
     + r"|[\w-]+(?:/[\w.-]+)+\.(?:" + SUFFIXES + r")"  # a relative path with a file name: delays/exposure.py
     + r"|[\w-]+\.lua"  # a script of the store's, by its name
-    + r")"
+    + r"))"
     + AFTER
 )  # fmt: skip
 # Being written on other branches of the same change; the lead deletes this list when they merge.
