@@ -84,8 +84,8 @@ def log_config(level: str) -> dict[str, Any]:
 
 
 def new_request_id() -> str:
-    """32 random hex digits (128 random bits, the length of ``uuid4().hex``) without building a UUID: 2.5 ->
-    0.6 µs a request."""
+    """32 random hex digits (128 random bits, the length of ``uuid4().hex``) without building a UUID, a
+    fraction of ``uuid4``'s time on every request."""
     return os.urandom(16).hex()
 
 

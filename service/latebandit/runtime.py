@@ -187,8 +187,8 @@ class Runtime:
 
 def settle_heap() -> None:
     """Move everything alive after start-up (modules, schemas, the restored state) out of the garbage
-    collector's sight (gc.freeze). Their full-heap collections were stopping the event loop for ~95 ms
-    every few seconds under load, the whole of /choose's p99; they now take under a millisecond. Objects
+    collector's sight (gc.freeze): otherwise the full-heap collections walk it all, stopping the event loop
+    for tens of milliseconds every few seconds under load, which would be the whole of /choose's p99. Objects
     made since are collected as usual, and a frozen object still dies by reference counting."""
     gc.collect()
     gc.freeze()

@@ -56,8 +56,8 @@ class HotPaths:
 
 async def read_body(request: Request) -> bytes:
     """The request's body, as ``Request.body`` reads it (the chunks of its ``http.request`` messages; a
-    client that disconnects first raises ClientDisconnect), without its stream's async generator: with
-    JsonAnswer, a /choose's ASGI layers took 9.0 µs in process against 10.9. Read once: unlike
+    client that disconnects first raises ClientDisconnect), without its stream's async generator, a layer
+    every hot request would pay (docs/benchmarks.md). Read once: unlike
     ``Request.body`` it keeps no copy, and the endpoint is the body's only reader."""
     chunks = []
     while True:
@@ -71,9 +71,10 @@ async def read_body(request: Request) -> bytes:
 
 
 class JsonAnswer(Response):
-    """An answer of ``content`` as JSON, every route's: the headers Starlette's ``Response`` sends for it (the
-    same bytes, in the same order, for a status that has a body), set directly rather than assembled per
-    request."""
+    """An answer of ``content`` as JSON, as the campaign, decision, feedback and readiness routes answer (the
+    error handlers, /metrics and /healthz answer through Starlette): the headers Starlette's ``Response``
+    sends for it (the same bytes, in the same order, for a status that has a body), set directly rather than
+    assembled per request."""
 
     media_type = "application/json"
 

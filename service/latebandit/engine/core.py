@@ -319,9 +319,9 @@ class DecisionEngine:
     def _prepare_next(self, key: tuple[str, int], campaign: Campaign, state: StateSnapshot) -> None:
         """What the next decision needs, from ``state``, the statistics it reads if nothing else writes first, so
         that it does not compute it itself: a standing choice that serves it (renewed once the one held is used
-        up after 64 decisions or computed from another S: the policy's call that every 64th decision paid, 83 µs
-        at 10 arms in benchmarks.policy_call_bench); where the policy has no standing law (it does not stand, an
-        opening, a nan law), its choice (engine/prepared.py), 40 µs in the server for patient-bandits' 3 arms.
+        up after 64 decisions or computed from another S: the policy's call that every 64th decision would pay
+        in its request); where the policy has no standing law (it does not stand, an opening, a nan law), its
+        choice (engine/prepared.py). docs/benchmarks.md has what each costs.
         Not while other decisions of the campaign wait (they go as one batch), nor where a choice prepared
         already serves it, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for a
         planned policy (its plan may change before the next decision)."""

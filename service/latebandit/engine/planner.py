@@ -57,7 +57,8 @@ class Planner:
         running = self._solving.get(campaign.id)
         if running is not None and not running.done():
             return
-        # a copy: the store may update its counter arrays in place while the thread solves
+        # the thread's own copy: Store.snapshot promises its arrays are never modified once returned, and the
+        # solve, which outlives the request, need not rest on that promise
         frozen = ArmStats(
             *(np.array(part, copy=True) for part in (stats.pulls, stats.conversions, stats.effective, stats.t))
         )

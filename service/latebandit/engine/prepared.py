@@ -2,11 +2,11 @@
 
 A policy with no standing law (patient-bandits, which does not stand; an opening; qpm-d: engine/standing.py)
 pays its NumPy call on every decision, the largest part of a lone decision's time after the store's round
-trip (40 µs in the server at 3 arms). While a lone decision is being recorded, the next decision's statistics
+trip (docs/benchmarks.md). While a lone decision is being recorded, the next decision's statistics
 are known already where no one else writes meanwhile: the counters the record script will answer (those the
 worker holds, with the decision's pull counted: ``recorded``) and the histogram read it holds. The engine
 computes the next choice then, in a callback that runs while the worker waits for the script's reply (after
-the answer, a closed loop of one connection sent the next request while it ran), and keeps it here; once the
+the answer is too late: a closed loop of one connection sends its next request meanwhile), and keeps it; once the
 decision is answered it checks that choice against the statistics it holds now and computes it again from
 those if they differ (another worker's decision, a conversion). The next request takes it only if it decides
 alone from those statistics: the same campaign object (policy version, floor), the same histogram and delay

@@ -1,6 +1,6 @@
 """A campaign's standing choice: the distribution its policy draws arms from, kept while the statistics it
-was computed from stand, so that a decision costs one uniform draw instead of the policy's NumPy work (0.4 ms
-at 10 arms, measured: more than all the rest of a request).
+was computed from stand, so that a decision costs one uniform draw instead of the policy's NumPy work (at 10 arms
+more than all the rest of a request: docs/benchmarks.md).
 
 An index policy's arm is the argmax of indices that read S, Ñ, N and t; Thompson sampling's a draw from a
 posterior of S and Ñ (or N): Ñ only changes with a histogram read (at most every ``snapshot_interval``), S

@@ -257,8 +257,8 @@ class ArgmaxPolicy(Policy):
 
     def choose_together(self, stats: ArmStats, decisions: int, rng: np.random.Generator) -> Choice:
         """Where ``plain_index`` computes the rows' index, it and the argmax run in Python floats: a policy
-        that does not stand pays this call on every batch, and NumPy's per-call overhead was 8 µs of the 12
-        that one decision of patient-bandits' 3 arms took (benchmarks.policy_call_bench)."""
+        that does not stand pays this call on every batch, and at a few arms NumPy's per-call overhead is
+        most of it (benchmarks.policy_call_bench)."""
         rows = self.plain_index(stats, decisions)
         if rows is not None and (plain := plain_argmax(rows, rng)) is not None:
             return plain
@@ -301,8 +301,8 @@ class ArgmaxPolicy(Policy):
 
 
 def plain_argmax(rows: list[list[float]], rng: np.random.Generator) -> Choice | None:
-    """``uniform_among(_best(...))`` for rows with no arm forced, without NumPy's per-call overhead (a
-    decision's policy call of 3 arms took 24 µs, most of it in the dozen array operations of those two):
+    """``uniform_among(_best(...))`` for rows with no arm forced, without NumPy's per-call overhead (at a
+    few arms most of a decision's policy call is the dozen array operations of those two):
     the same ties (TIE_RTOL, in the same float arithmetic), the same R·K uniforms, the same arms. None, and
     nothing drawn, where the array rule must decide: an arm to explore (+inf) or a nan index."""
     if not all(value < math.inf for row in rows for value in row):

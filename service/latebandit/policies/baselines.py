@@ -20,7 +20,15 @@ NODES, WEIGHTS = np.polynomial.legendre.leggauss(24)  # Gauss-Legendre nodes on 
 
 
 class Uniform(Policy):
-    """Every arm with probability 1/K, for A/B tests and as the logging policy of unbiased backtests."""
+    """Every arm with probability 1/K, for A/B tests and as the logging policy of unbiased backtests.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]))
+    >>> choice = make_policy("uniform", {}, 3).choose(stats, np.random.default_rng(0))
+    >>> choice.arm.tolist(), choice.propensity.tolist()
+    ([0], [0.3333333333333333])
+    """
 
     name: ClassVar[str] = "uniform"
     reports_probabilities: ClassVar[bool] = True
@@ -34,7 +42,15 @@ class Uniform(Policy):
 
 
 class Fixed(Policy):
-    """Always the arm at index ``arm`` (the service maps an arm id to its index first)."""
+    """Always the arm at index ``arm`` (the service maps an arm id to its index first).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]))
+    >>> choice = make_policy("fixed", {"arm": 2}, 3).choose(stats, np.random.default_rng(0))
+    >>> choice.arm.tolist(), choice.propensity.tolist()
+    ([2], [1.0])
+    """
 
     name: ClassVar[str] = "fixed"
     reports_probabilities: ClassVar[bool] = True
@@ -58,7 +74,15 @@ class Fixed(Policy):
 
 class UCB1(IndexPolicy):
     """UCB1 of Auer et al. 2002: S/N + sqrt(2β/N), with β = (1+ε)·log t as for every index policy here
-    (ε = 0 gives the textbook sqrt(2 log t / N))."""
+    (ε = 0 gives the textbook sqrt(2 log t / N)).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]))
+    >>> policy = make_policy("ucb1", {}, 3)
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[1.029, 1.329, 0.929]], [1])
+    """
 
     name: ClassVar[str] = "ucb1"
 
@@ -67,7 +91,15 @@ class UCB1(IndexPolicy):
 
 
 class KLUCB(IndexPolicy):
-    """Bernoulli KL-UCB: max{q : N·kl(S/N, q) <= β}. ε plays the role of SMPyBandits' c = 1 + ε."""
+    """Bernoulli KL-UCB: max{q : N·kl(S/N, q) <= β}. ε plays the role of SMPyBandits' c = 1 + ε.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]))
+    >>> policy = make_policy("klucb", {}, 3)
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[0.605, 0.852, 0.484]], [1])
+    """
 
     name: ClassVar[str] = "klucb"
 
@@ -82,6 +114,13 @@ class Thompson(Policy):
     that arm is the posterior argmax) is a function of the posterior alone, so the same state logs the same
     propensity in the service and the simulator whatever the generator did (``win_chances``), and it draws
     nothing from the decision's generator: ``choose`` and ``choose_arms`` consume it alike.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]))
+    >>> choice = make_policy("thompson", {}, 3).choose(stats, np.random.default_rng(0))
+    >>> choice.arm.tolist(), round(float(choice.propensity[0]), 1)  # the chance this arm is the posterior argmax
+    ([1], 0.9)
     """
 
     name: ClassVar[str] = "thompson"
@@ -182,7 +221,16 @@ def win_probabilities(alpha: Array, beta: Array) -> Array:
 class DelayedThompson(Thompson):
     """Thompson sampling on the posterior of matured outcomes, Beta(1 + S, 1 + max(Ñ − S, 0)) (docs/algorithms/guha.md,
     issue 8): a pending pull counts as a failure only by its probability τ(age) of having converted by now,
-    which is the delay-corrected count Ñ = Σ τ(min(age, m)) of Vernade 2017."""
+    which is the delay-corrected count Ñ = Σ τ(min(age, m)) of Vernade 2017.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[100, 100, 100]]), np.array([[20.0, 50.0, 10.0]]),  # N, S
+    ...                   np.array([[80.0, 90.0, 70.0]]), np.array([301]))  # Ñ = Σ τ(age), t
+    >>> choice = make_policy("delayed-thompson", {}, 3).choose(stats, np.random.default_rng(0))
+    >>> choice.arm.tolist(), round(float(choice.propensity[0]), 1)
+    ([1], 1.0)
+    """
 
     name: ClassVar[str] = "delayed-thompson"
     delay_corrected: ClassVar[bool] = True

@@ -93,6 +93,14 @@ class PatientBandits(ArgmaxPolicy):
       Hoeffding's own sqrt(log(2/δ)/(2N)) at the paper's δ = 1/(K·T³), still a confidence bound, so the
       proof's good event holds. With delays of about 100 rounds it cut the regret from 2.3x to 1.2x ucb1's
       (docs/algorithms/manegueu.md); the reproductions of the paper's figures set 1.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[100, 100, 100]]), np.array([[20.0, 50.0, 10.0]]), np.array([[80.0, 90.0, 70.0]]),
+    ...                   np.array([301]), tail_weight=np.array([[5.0, 5.0, 5.0]]))  # W = Σ ψ(age)
+    >>> policy = make_policy("patient-bandits", {}, 3)
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[0.534, 0.85, 0.429]], [1])
     """
 
     name: ClassVar[str] = "patient-bandits"
@@ -162,7 +170,7 @@ class PatientBandits(ArgmaxPolicy):
         return {"alpha": float(self.alpha(stats)[0]), "bias": self.bias(stats, pulls)[0].tolist()}
 
     def index(self, stats: ArmStats) -> np.ndarray:
-        """+inf until an arm has its initial pulls (least-pulled first, IndexPolicy.choose)."""
+        """+inf until an arm has its initial pulls (least-pulled first, ArgmaxPolicy.choose)."""
         raw = np.asarray(stats.pulls, dtype=np.float64)
         fresh = raw < self._params["initial_pulls"]
         pulls = np.where(raw > 0, raw, 1.0)
@@ -208,6 +216,14 @@ class AdaptPatientBandits(PatientBandits):
     §3.6; 0: the paper's band estimator, simulator only); ``c`` (0.7) and ``mu_lo`` (0.05) of Assumption 2,
     used by estimator 0; ``initial_pulls`` (2); ``scale``, ``age_aware``, ``horizon``, ``kappa`` as PatientBandits
     (the default scale is derived for the largest α_t, ``alpha_cap``, so that it holds for every α_t).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[1, 2, 2]]), np.array([[1.0, 1.0, 0.0]]), np.array([[1.0, 2.0, 2.0]]),
+    ...                   np.array([6]), tail_weight=np.array([[0.5, 1.0, 1.0]]))  # arm 0 pulled once so far
+    >>> policy = make_policy("adapt-patient-bandits", {}, 3)
+    >>> policy.index(stats).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()  # its second pull
+    ([[inf, 1.0, 1.0]], [0])
     """
 
     name: ClassVar[str] = "adapt-patient-bandits"

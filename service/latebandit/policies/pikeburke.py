@@ -96,7 +96,21 @@ def samples_needed(delta: float, log_t: float, bias: float, variance: float = WO
 
 
 class Odaaf(SchedulePolicy):
-    """ODAAF (A1: E[τ] known): n_m with the accumulated bias 6·m·E[τ] (§2.2). No bridge."""
+    """ODAAF (A1: E[τ] known): n_m with the accumulated bias 6·m·E[τ] (§2.2). No bridge.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy = make_policy("odaaf", {"horizon": 10000, "mean_delay": 5}, 2)
+    >>> rng = np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)  # phase 1: every arm for the same number of slots
+    >>> [(s.arm, s.slots) for s in plan.segments], plan.next.value  # the next plan once their feedback is in
+    ([(0, 430), (1, 430)], 'closed')
+    >>> played = [Observed(s, s.slots, 0.1 * s.slots if s.arm == 0 else 0.9 * s.slots) for s in plan.segments]
+    >>> plan = policy.plan(plan.state, played, [], rng)
+    >>> plan.state["active"], [(s.arm, s.slots, s.kind) for s in plan.segments], plan.hold.arm  # arm 0 eliminated
+    ([1], [], 1)
+    """
 
     name: ClassVar[str] = "odaaf"
     bridged: ClassVar[bool] = False
@@ -257,7 +271,21 @@ class Odaaf(SchedulePolicy):
 
 
 class OdaafB(Odaaf):
-    """ODAAF-B (A1 + A2: delays <= d): n_m = max(nB_m, m·min(d, n_m^ODAAF/m)) and a bridge (§2.3)."""
+    """ODAAF-B (A1 + A2: delays <= d): n_m = max(nB_m, m·min(d, n_m^ODAAF/m)) and a bridge (§2.3).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy = make_policy("odaaf-b", {"horizon": 10000, "mean_delay": 5, "max_delay": 10}, 2)
+    >>> rng = np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)  # phase 1: every arm for the same number of slots
+    >>> [(s.arm, s.slots) for s in plan.segments], plan.next.value  # the next plan once their feedback is in
+    ([(0, 398), (1, 398)], 'closed')
+    >>> played = [Observed(s, s.slots, 0.1 * s.slots if s.arm == 0 else 0.9 * s.slots) for s in plan.segments]
+    >>> plan = policy.plan(plan.state, played, [], rng)
+    >>> plan.state["active"], [(s.arm, s.slots, s.kind) for s in plan.segments], plan.hold.arm  # arm 0 eliminated
+    ([1], [(1, 398, 'bridge')], 1)
+    """
 
     name: ClassVar[str] = "odaaf-b"
     bridged: ClassVar[bool] = True
@@ -270,7 +298,21 @@ class OdaafB(Odaaf):
 
 
 class OdaafV(Odaaf):
-    """ODAAF-V (A1 + A3: Var(τ) known): bias 4·(E[τ] + 2V(τ)), and a bridge (§2.4)."""
+    """ODAAF-V (A1 + A3: Var(τ) known): bias 4·(E[τ] + 2V(τ)), and a bridge (§2.4).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy = make_policy("odaaf-v", {"horizon": 10000, "mean_delay": 5, "delay_variance": 4}, 2)
+    >>> rng = np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)  # phase 1: every arm for the same number of slots
+    >>> [(s.arm, s.slots) for s in plan.segments], plan.next.value  # the next plan once their feedback is in
+    ([(0, 500), (1, 500)], 'closed')
+    >>> played = [Observed(s, s.slots, 0.1 * s.slots if s.arm == 0 else 0.9 * s.slots) for s in plan.segments]
+    >>> plan = policy.plan(plan.state, played, [], rng)
+    >>> plan.state["active"], [(s.arm, s.slots, s.kind) for s in plan.segments], plan.hold.arm  # arm 0 eliminated
+    ([1], [(1, 500, 'bridge')], 1)
+    """
 
     name: ClassVar[str] = "odaaf-v"
     bridged: ClassVar[bool] = True
@@ -300,6 +342,14 @@ class QpmD(Policy):
     outcome the delay model says is in, Ñ = Σ F(min(age, window)) (``effective``): the conversions seen
     are then a sample of R resolved pulls in expectation (E[S] = μ·Ñ). Without a delay model Ñ is the
     pull count: a pending pull counts as a 0, as for a delay-naive UCB1.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[10, 10, 10]]), np.array([[2.0, 5.0, 1.0]]), np.array([[10.0] * 3]), np.array([31]),
+    ...                   pending=np.array([[2, 5, 0]]))  # outcomes not resolved yet
+    >>> policy = make_policy("qpm-d", {}, 3)  # the simulator's resolution feed: R = N − pending
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[1.135, 2.12, 0.892]], [1])
     """
 
     name: ClassVar[str] = "qpm-d"

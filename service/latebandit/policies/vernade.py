@@ -25,7 +25,16 @@ class DelayCorrected(IndexPolicy):
 
 
 class DelayedUCB(DelayCorrected):
-    """U = θ̂ + sqrt(N·β/2)/Ñ: Hoeffding on S − θÑ, a sum of N centred terms of range 1 (the paper's DelayedUCB)."""
+    """U = θ̂ + sqrt(N·β/2)/Ñ: Hoeffding on S − θÑ, a sum of N centred terms of range 1 (the paper's DelayedUCB).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[100, 100, 100]]), np.array([[20.0, 50.0, 10.0]]),  # N, S
+    ...                   np.array([[80.0, 90.0, 70.0]]), np.array([301]))  # Ñ = Σ τ(age), t
+    >>> policy = make_policy("delayed-ucb", {}, 3)
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[0.461, 0.743, 0.384]], [1])
+    """
 
     name: ClassVar[str] = "delayed-ucb"
 
@@ -35,7 +44,16 @@ class DelayedUCB(DelayCorrected):
 
 class DelayedKLUCB(DelayCorrected):
     """U = max{q ∈ [θ̂, 1] : Ñ·d_Pois(θ̂, q) <= β}. The Poisson divergence, not the Bernoulli one, because
-    the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (the paper's DelayedKLUCB)."""
+    the revealed outcomes are Bernoulli(τ_i·θ) with unequal τ_i (the paper's DelayedKLUCB).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> stats = ArmStats(np.array([[100, 100, 100]]), np.array([[20.0, 50.0, 10.0]]),  # N, S
+    ...                   np.array([[80.0, 90.0, 70.0]]), np.array([301]))  # Ñ = Σ τ(age), t
+    >>> policy = make_policy("delayed-klucb", {}, 3)
+    >>> policy.index(stats).round(3).tolist(), policy.choose(stats, np.random.default_rng(0)).arm.tolist()
+    ([[0.489, 0.865, 0.354]], [1])
+    """
 
     name: ClassVar[str] = "delayed-klucb"
 

@@ -148,6 +148,17 @@ class ArsUcb(SchedulePolicy):
     paper: c = 1), the width w_i = sqrt(4·v_i·α·ln t / N_i) uses the variance bound v_i = min(1/4,
     M_i/N_i + sqrt(ln t / N_i)) (``adaptive_width`` 1) where the paper has v_i = 1/4 (``adaptive_width`` 0),
     and α = 2 (the paper: 4).
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy, rng = make_policy("ars-ucb", {}, 2), np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)  # every arm's first round: f(1) = 1 slot
+    >>> [(s.arm, s.slots) for s in plan.segments]
+    [(0, 1), (1, 1)]
+    >>> plan = policy.plan(plan.state, [Observed(s, s.slots, 0.5 * s.slots) for s in plan.segments], [], rng)
+    >>> [(s.arm, s.slots) for s in plan.segments]  # a tie: arm 0's second round, f(2) = 4 slots
+    [(0, 4)]
     """
 
     name: ClassVar[str] = "ars-ucb"
@@ -282,7 +293,19 @@ class ArsExp3(Exp3Schedule):
     """ARS-EXP3 (Algorithm 2): round k lasts g(k) = c·⌈k^β⌉ slots on one drawn arm, c = ``round_unit``.
     ``eta`` 0 is the paper's algorithm (c = 1): Z' = min(Z, g(k)) is fed as Z'/g(K) through the softmax
     normaliser g(K), with Theorem 2's γ unless ``gamma`` is given. The defaults (module docstring): c is
-    the declared delay's median in slots, and the update is Exp3Schedule's relative one."""
+    the declared delay's median in slots, and the update is Exp3Schedule's relative one.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy, rng = make_policy("ars-exp3", {}, 2), np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)
+    >>> for _ in range(3):  # each round played in full: arm 1 earns 0.9 a slot, arm 0 nothing
+    ...     played = [Observed(s, s.slots, 0.9 * s.arm * s.slots) for s in plan.segments]
+    ...     plan = policy.plan(plan.state, played, [], rng)
+    >>> [(s.arm, s.slots, round(s.propensity, 2)) for s in plan.segments]
+    [(1, 2, 0.79)]
+    """
 
     name: ClassVar[str] = "ars-exp3"
     PARAMS: ClassVar[Mapping[str, Param]] = {
@@ -350,6 +373,19 @@ class Clw(Exp3Schedule):
 
     The coins after a block end are known to be 0, so the next block is 2d̂ − 1 slots plus the wait for
     the first 1 followed by 2d̂ − 1 zeros in fresh coins: each block's length is drawn when it starts.
+
+    >>> import numpy as np
+    >>> from latebandit.policies import make_policy
+    >>> from latebandit.policies.schedule import Observed
+    >>> policy, rng = make_policy("clw", {"max_delay": 5}, 2), np.random.default_rng(0)
+    >>> plan = policy.plan(None, [], [], rng)  # a block: its head discarded, its last d̂ slots learned from
+    >>> [(s.arm, s.slots, s.counted) for s in plan.segments]
+    [(0, 2, False), (0, 5, True)]
+    >>> for _ in range(3):  # each block played in full: arm 1 earns 0.9 a slot, arm 0 nothing
+    ...     played = [Observed(s, s.slots, 0.9 * s.arm * s.slots) for s in plan.segments]
+    ...     plan = policy.plan(plan.state, played, [], rng)
+    >>> [(s.arm, round(s.propensity, 2)) for s in plan.segments]
+    [(1, 1.0), (1, 0.73)]
     """
 
     name: ClassVar[str] = "clw"

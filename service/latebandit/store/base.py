@@ -110,8 +110,8 @@ class StateSnapshot:
 
 
 # The records made per decision or event (Pull, DecisionResult, AnonymousEvent, PreparedConversion) are plain
-# dataclasses, treated as immutable: a frozen one's __init__ sets each field through object.__setattr__ and
-# measured 3.1 µs against 0.6 µs, on a /feedback budget of about 20 µs a conversion.
+# dataclasses, treated as immutable: a frozen one's __init__ sets each field through object.__setattr__, five
+# times the cost of a plain one's, a large part of what a /feedback conversion costs (docs/benchmarks.md).
 @dataclass
 class Pull:
     """A decision to record: the arm pulled, where it falls in the histogram, and its audit record."""

@@ -33,7 +33,8 @@ class Keys:
         return self._tagged(campaign, "config")
 
     def counters(self, campaign: str) -> str:
-        """Hash: ``d`` decisions, ``paused``, and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``w`` the write stamp
+        (campaign_lib.lua's ``stamp_counters``), and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:

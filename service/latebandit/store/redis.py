@@ -658,7 +658,7 @@ def _integers(values: dict[str, int]) -> HashFields:
 
 
 def schedule_table(plan: Plan) -> bytes:
-    """What claim_slot.lua reads of a plan: per segment [slots, arm, propensity (Python repr, compared as
+    """What claim_slots.lua reads of a plan: per segment [slots, arm, propensity (Python repr, compared as
     text with the caller's), counted, segment JSON], the hold, and when the next plan may come."""
 
     def row(segment: Segment) -> list[object]:

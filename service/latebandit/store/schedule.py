@@ -17,7 +17,7 @@ it so ends its last record there; if the next plan may be made (at once, or once
 the claim takes nothing and asks for the plan (NEEDS_PLAN), so no slot is spent waiting; otherwise the
 plan's ``hold`` segment is played (a new record) until the next plan is in place.
 
-``ScheduleBook`` is the embedded store's implementation; lua/claim_slot.lua, commit_plan.lua and
+``ScheduleBook`` is the embedded store's implementation; lua/claim_slots.lua, commit_plan.lua and
 apply_anonymous.lua mirror it line for line, and the same contract tests run against both.
 """
 

@@ -2,9 +2,9 @@
 
 A script call through redis-py 8's client passes its retry wrapper, the blocking pool's condition and
 readiness probe, event dispatch, observability recorders and, under ``socket_timeout``, a task per write:
-a decision's record call sent this way, on one of its connections and packed by hiredis, costs 0.52-0.55 of
-the CPU of redis-py's (benchmarks/script_call_bench.py). /choose makes one such call per group commit,
-which at one connection is one per request, so every request paid the difference. This sends the packed
+a decision's record call sent this way, on one of its connections and packed by hiredis, costs about half
+the CPU of redis-py's (benchmarks/script_call_bench.py measures both). /choose makes one such call per group
+commit, which at one connection is one per request, so every request would pay the difference. This sends the packed
 EVALSHA on redis-py's own connection class, built from the pool's own settings (URL, TLS, AUTH, SELECT,
 RESP version, the hiredis parser), and keeps each promise the store relies on:
 
@@ -81,9 +81,8 @@ class ScriptConnections:
     @staticmethod
     async def _send(connection: AbstractConnection, sha: str, keys: Sequence[str], args: Sequence[EncodableT]) -> Any:
         """Packed by hiredis (C): the same bytes as redis-py's ``pack_command`` (at its default UTF-8 encoding)
-        for the exact str, bytes, int and float (repr) arguments the store sends, in a sixth of its time (a
-        decision's 18: 3.0 against 19.1 µs). With it a call costs 0.52-0.55 of redis-py's, 0.58-0.61 without
-        (benchmarks/script_call_bench.py)."""
+        for the exact str, bytes, int and float (repr) arguments the store sends, in a fraction of its time
+        (benchmarks/script_call_bench.py; the figures are in docs/benchmarks.md)."""
         command = ("EVALSHA", sha, len(keys), *keys, *args)
         try:
             packed = hiredis.pack_command(command)  # type: ignore[arg-type]  # its stub declares a 1-tuple

@@ -1,0 +1,28 @@
+"""Every policy's docstring shows it deciding, and the example runs: the policy modules' doctests, run here so
+that the suite's usual command runs them too (pytest's --doctest-modules would collect the whole package)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+from latebandit.policies import POLICIES
+
+# Its module is being rewritten on another branch of the same change; the lead adds its example and deletes
+# this exception when they merge.
+NOT_YET = {"guha-bayes"}
+MODULES = sorted({cls.__module__ for name, cls in POLICIES.items() if name not in NOT_YET})
+
+
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - NOT_YET))
+def test_every_policy_has_an_example(name: str) -> None:
+    assert ">>>" in (vars(POLICIES[name]).get("__doc__") or ""), f"{POLICIES[name].__name__} shows no example"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_examples_run(module: str) -> None:
+    failed, attempted = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert attempted > 0
+    assert failed == 0, f"{failed} of {attempted} examples of {module} failed (printed above)"
