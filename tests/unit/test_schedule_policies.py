@@ -356,3 +356,16 @@ def test_ars_ucb_width_uses_a_variance_bound_at_small_rates() -> None:
     assert (adaptive[0], paper[0]) == pytest.approx((0.0764, 0.0960), abs=1e-4)
     halves = [make_policy("ars-ucb", {"adaptive_width": w}, 2).upper_bounds(counts, counts * 0.5) for w in (0, 1)]
     assert halves[0] == pytest.approx(halves[1], rel=1e-15)
+
+
+@pytest.mark.parametrize("name", ["odaaf", "odaaf-b", "odaaf-v"])
+def test_a_horizon_too_short_for_a_first_phase_is_not_a_division_by_zero(name: str) -> None:
+    """With T·Δ̃₁² ≤ e the plan exploits at once and the first block is empty: the refusal check must read
+    that as no delay share (it divided 0 by 0, and POST /campaigns answered 500)."""
+    from latebandit.campaign import CampaignSpec
+
+    spec = CampaignSpec.model_validate({
+        "id": "short", "arms": ["a", "b"], "policy": {"name": name, "params": {"horizon": 10}},
+        "delay": {"family": "fixed", "value": 1}, "slot_seconds": 1,
+    })  # fmt: skip
+    assert spec.policy.name == name

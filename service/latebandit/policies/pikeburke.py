@@ -148,8 +148,10 @@ class Odaaf(SchedulePolicy):
         return type(self)(self.n_arms, None, **params)
 
     def delay_share(self) -> float:
-        """The share of the first phase that is there only for the delay: 1 − N_1(no delay) / N_1."""
-        return 1.0 - self.scaled_delay(0.0).first_block() / self.first_block()
+        """The share of the first phase that is there only for the delay: 1 − N_1(no delay) / N_1 (0 where a
+        horizon of a few slots leaves no first phase to play: the plan exploits at once)."""
+        first = self.first_block()
+        return 0.0 if first == 0 else 1.0 - self.scaled_delay(0.0).first_block() / first
 
     def cannot_learn(self) -> str | None:
         """Refused where the delay is more than DELAY_SHARE_LIMIT of the first phase. Every arm then plays
