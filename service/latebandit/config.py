@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from enum import StrEnum
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -53,6 +54,14 @@ def weakness(secret: str, min_bytes: int = MIN_SECRET_BYTES) -> str | None:
     if len(set(secret)) < MIN_SECRET_CHARACTERS:
         return f"made of fewer than {MIN_SECRET_CHARACTERS} distinct characters"
     return None
+
+
+class Scope(StrEnum):
+    """What an API key may do (``admin`` may do everything)."""
+
+    DECIDE = "decide"
+    METRICS = "metrics"
+    ADMIN = "admin"
 
 
 class KeyEntry(NamedTuple):
@@ -180,8 +189,12 @@ class Settings(BaseSettings):
         """Refuse an API key that is short or a placeholder, by its place and grant, never its value."""
         source = "LATEBANDIT_API_KEYS" + (" and LATEBANDIT_API_KEYS_FILE" if self.api_keys_file else "")
         for number, (grant, key) in enumerate(self.api_key_entries(), 1):
-            if not key:  # then the grant may be the key itself
-                raise UnsafeSettings(f"entry {number} of {source} is not scope:key")
+            if not key or grant.partition("@")[0] not in Scope.__members__.values():
+                # then what precedes the colon may be the key itself (KEY:decide): never echo it
+                raise UnsafeSettings(
+                    f"entry {number} of {source} is not scope:key or scope@campaign-glob:key "
+                    "(scopes decide, metrics, admin)"
+                )
             why = weakness(key, MIN_KEY_BYTES)
             if why is not None:
                 raise UnsafeSettings(

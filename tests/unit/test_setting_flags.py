@@ -25,8 +25,9 @@ def test_every_setting_has_a_serve_flag() -> None:
 
 
 def test_the_flags_given_are_the_settings_served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in Settings.model_fields:
-        monkeypatch.delenv(variable_name(name), raising=False)  # restored after the test, as it was
+    for name in Settings.model_fields:  # set first, so that monkeypatch restores even an absent variable
+        monkeypatch.setenv(variable_name(name), "")
+        monkeypatch.delenv(variable_name(name))
     served: list[Settings] = []
     monkeypatch.setattr(latebandit.serving, "run_service", served.append)
     flags = {

@@ -19,20 +19,13 @@ import hashlib
 import hmac
 import re
 from collections.abc import Iterable
-from enum import StrEnum
 from typing import NamedTuple
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from latebandit.config import KeyEntry, is_loopback
-
-
-class Scope(StrEnum):
-    DECIDE = "decide"
-    METRICS = "metrics"
-    ADMIN = "admin"
+from latebandit.config import KeyEntry, Scope, is_loopback
 
 
 def _digest(key: str) -> bytes:
