@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
 
+from latebandit.delays.models import DelayModel
 from latebandit.delays.span import envelope_scale, reach, tightest_envelope
 from latebandit.delays.tail import tail_exponent
 from latebandit.policies.base import SMALL_ARGMAX, ArgmaxPolicy, ArmStats, Array, Envelope, Param, Setting
@@ -58,6 +60,20 @@ class BandQuery:
     arm: np.ndarray
     early: np.ndarray  # d_t
     late: np.ndarray  # D_t
+
+
+@lru_cache(maxsize=256)
+def declared_envelope(model: DelayModel) -> tuple[float, float]:
+    """The tightest envelope's (α, scale) for a declared delay model. Cached: it evaluates the CDF on a grid
+    for every α (milliseconds), and a campaign's policy is built again at every load of its configuration,
+    which the next /choose waits for."""
+    return tightest_envelope(model, reach(model), ENVELOPE_ALPHAS)
+
+
+@lru_cache(maxsize=1024)
+def declared_scale(model: DelayModel, alpha: float) -> float:
+    """``envelope_scale`` up to the model's reach, cached for the same reason."""
+    return envelope_scale(model, alpha, reach(model))
 
 
 class PatientBandits(ArgmaxPolicy):
@@ -122,11 +138,11 @@ class PatientBandits(ArgmaxPolicy):
         declared = () if setting is None else setting.delays
         if params.get("scale") is not None or not declared or any(model.family == "unknown" for model in declared):
             return
-        fits = [tightest_envelope(model, reach(model), ENVELOPE_ALPHAS) for model in set(declared)]
+        fits = [declared_envelope(model) for model in set(declared)]
         self.take_fitted_alpha(min(alpha for alpha, _ in fits), params)  # one α bounds every arm: the heaviest
         alpha = self.envelope_alpha()
         floor = self.PARAMS["scale"].minimum
-        self._params["scale"] = max(floor, *(envelope_scale(model, alpha, reach(model)) for model in set(declared)))
+        self._params["scale"] = max(floor, *(declared_scale(model, alpha) for model in set(declared)))
 
     def take_fitted_alpha(self, fitted: float, params: Mapping[str, Any]) -> None:
         """The tightest envelope's α for the declared delays becomes ``alpha`` unless the params give one."""
