@@ -369,3 +369,30 @@ async def test_claims_past_the_plan_close_records_as_the_mirror_does_past_the_ca
     assert seen[0] == seen[1]
     assert [closed for _, closed, _ in seen[0]] == [segments] * 3  # the first claim closed all, in two passes
     assert [status for status, _, _ in seen[0]] == [ClaimStatus.NEW, ClaimStatus.NEEDS_PLAN, ClaimStatus.NEEDS_PLAN]
+
+
+async def test_a_schedule_unreadable_at_planning_time_spares_the_claims_already_taken(stores, monkeypatch) -> None:
+    """A batch whose first decisions take the plan's last slots and whose others need the next plan, which
+    cannot be made because the schedule cannot be read: the claims taken stand (recorded, so answered), the
+    others are UNREADABLE with nothing taken (an exception for the whole batch would have answered the
+    recorded ones with a second, fallback decision)."""
+    from latebandit.engine.scheduling import Scheduler
+    from latebandit.store.base import StateUnreadable
+
+    clock = Clock()
+    store, campaign = stores(clock), make_campaign()
+    await store.create_campaign(campaign, {"type": "campaign"})
+    assert await store.commit_plan(campaign, 0, plan((0, 2, True), after=Next.PLAYED), 0, _plan_record(), clock.now)
+
+    def make_pull(campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None) -> Pull:
+        return pull(arm, f"d{request_id}", now, propensity)
+
+    async def unreadable(campaign: Campaign) -> None:
+        raise StateUnreadable(campaign.id, "test")
+
+    monkeypatch.setattr(store, "schedule_view", unreadable)
+    claims = await Scheduler(store, np.random.default_rng(1), make_pull).claim_together(
+        campaign, clock.now, ["r1", "r2", "r3", "r4"], 60
+    )
+    assert [claim.status for claim in claims] == [ClaimStatus.NEW] * 2 + [ClaimStatus.UNREADABLE] * 2
+    assert (await store.snapshot(campaign, 0.0)).counters.decisions == 2

@@ -45,7 +45,7 @@ from latebandit.store.base import (
     StateUnreadable,
     StoreUnavailable,
 )
-from latebandit.store.schedule import Claim
+from latebandit.store.schedule import Claim, ClaimStatus
 from latebandit.timeutil import MICROS, Clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
 
@@ -206,6 +206,8 @@ class DecisionEngine:
         try:
             if campaign.plans:
                 claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
+                if claim.status is ClaimStatus.UNREADABLE:
+                    raise StateUnreadable(campaign.id, "its schedule, to plan")
                 if claim.status in UNSETTLED:
                     raise unclaimed(campaign)
                 status = DecisionStatus(claim.status.value)

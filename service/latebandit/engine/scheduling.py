@@ -19,7 +19,7 @@ import numpy as np
 from latebandit import metrics
 from latebandit.campaign import Campaign
 from latebandit.policies.schedule import SchedulePolicy
-from latebandit.store.base import Counters, Pull, StateStore, StoreUnavailable
+from latebandit.store.base import Counters, Pull, StateStore, StateUnreadable, StoreUnavailable
 from latebandit.store.schedule import Claim, ClaimStatus, ScheduleView
 from latebandit.timeutil import format_time
 
@@ -54,7 +54,10 @@ class Scheduler:
     ) -> list[Claim]:
         """Claim the next slots for decisions made at ``now`` (plan first if there is none yet), in one store
         call per attempt. A decision still answered OTHER_ARM or NEEDS_PLAN after MAX_ATTEMPTS found no slot
-        (heavy contention); the others' claims stand, so every decision recorded is answered."""
+        (heavy contention); the others' claims stand, so every decision recorded is answered. So too when the
+        schedule cannot be read to make the next plan: the decisions still waiting are answered UNREADABLE
+        (nothing taken; the engine falls back for them alone), not by an exception that would also fall back
+        for the decisions this batch already recorded."""
         claims: list[Claim] = [Claim(ClaimStatus.NEEDS_PLAN)] * len(request_ids)
         waiting = list(range(len(request_ids)))
         for _ in range(MAX_ATTEMPTS):
@@ -72,7 +75,12 @@ class Scheduler:
             if not waiting:
                 break
             if plan_after is not None:
-                await self.plan(campaign, now, plan_after)
+                try:
+                    await self.plan(campaign, now, plan_after)
+                except StateUnreadable:
+                    for i in waiting:
+                        claims[i] = Claim(ClaimStatus.UNREADABLE)
+                    break
         return claims
 
     async def plan(self, campaign: Campaign, now: int, after: int) -> bool:
