@@ -139,7 +139,18 @@ def mixed_probabilities(log_weights: np.ndarray, gamma: float) -> np.ndarray:
     return (1.0 - gamma) * shifted / shifted.sum() + gamma / log_weights.size
 
 
-class ArsUcb(SchedulePolicy):
+class RoundsOfTheMedianDelay:
+    """ARS-UCB's and ARS-EXP3's round unit c defaults to the declared delay's median in slots (module
+    docstring): a round of the paper's growth, in units of c, then spans delays, not single slots."""
+
+    @classmethod
+    def declared_defaults(
+        cls, params: Mapping[str, Any], delays: Sequence[DelayModel], per_slot: float | None
+    ) -> dict[str, Any]:
+        return with_default(params, "round_unit", declared_delay(delays, per_slot, 0.5))
+
+
+class ArsUcb(RoundsOfTheMedianDelay, SchedulePolicy):
     """ARS-UCB (Algorithm 1): arm i's k-th round lasts f(k) = c·k^``power`` slots, c = ``round_unit``; the
     arm is chosen by u_i = min(M_i/N_i + w_i, 1), ties to the smallest N_i, then the smallest index (A8).
     Every observation made while an arm is scheduled counts for it (nothing is discarded). Anytime.
@@ -169,12 +180,6 @@ class ArsUcb(SchedulePolicy):
         "round_unit": Param(int, 1, 1),
         "adaptive_width": Param(int, 1, 0, 1),
     }
-
-    @classmethod
-    def declared_defaults(
-        cls, params: Mapping[str, Any], delays: Sequence[DelayModel], per_slot: float | None
-    ) -> dict[str, Any]:
-        return with_default(params, "round_unit", declared_delay(delays, per_slot, 0.5))
 
     def upper_bounds(self, slots: np.ndarray, reward: np.ndarray) -> np.ndarray:
         """u_i per arm; not ``Policy.index``, which ranks from ArmStats: this policy ranks from slot sums."""
@@ -289,7 +294,7 @@ class Exp3Schedule(SchedulePolicy):
         return arm, float(probabilities[arm])
 
 
-class ArsExp3(Exp3Schedule):
+class ArsExp3(RoundsOfTheMedianDelay, Exp3Schedule):
     """ARS-EXP3 (Algorithm 2): round k lasts g(k) = c·⌈k^β⌉ slots on one drawn arm, c = ``round_unit``.
     ``eta`` 0 is the paper's algorithm (c = 1): Z' = min(Z, g(k)) is fed as Z'/g(K) through the softmax
     normaliser g(K), with Theorem 2's γ unless ``gamma`` is given. The defaults (module docstring): c is
@@ -315,12 +320,6 @@ class ArsExp3(Exp3Schedule):
         "round_unit": Param(int, 1, 1),
         "eta": Param(float, RELATIVE_ETA, 0.0),
     }
-
-    @classmethod
-    def declared_defaults(
-        cls, params: Mapping[str, Any], delays: Sequence[DelayModel], per_slot: float | None
-    ) -> dict[str, Any]:
-        return with_default(params, "round_unit", declared_delay(delays, per_slot, 0.5))
 
     def anytime_gamma(self, state: State) -> float:
         """Theorem 2's γ for K = the rounds of one unit (c slots) played so far, at least the rounds drawn:
