@@ -417,6 +417,7 @@ class RedisStore:
         fields = dict(zip(reply[::2], reply[1::2], strict=True))
         try:
             counters = parse_counters(fields, len(campaign.arms))
+            _finite(counters.conversions)  # "inf" parses: policies must never see it from this reply either
         except (ValueError, IndexError):  # unreadable: the decision stands, and the next read says why (_read)
             self._cache.pop(campaign.id, None)
             return None
