@@ -227,6 +227,10 @@ def _out_of_range(campaign: Campaign, event: PreparedConversion | AnonymousEvent
     if isinstance(event, PreparedConversion):
         return Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} is outside [0, 1]")
     bounds = RewardBounds.of(campaign)
+    if event.decision_id is not None:  # a conversion read as an aggregate: only the credited total bounds it
+        return Rejection(
+            Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} would take the reward credited past {bounds.total:g}"
+        )
     detail = (f"value {event.value!r} is more than this campaign's decisions could have produced "
               f"({bounds.per_decision:g} per decision made so far) or would take the reward it credited past "
               f"{bounds.total:g}")  # fmt: skip
