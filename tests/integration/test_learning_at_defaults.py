@@ -128,7 +128,7 @@ async def test_anonymous_run_sends_whole_minutes(tmp_path) -> None:
 async def test_a_refusal_and_a_500_are_the_policy_s_outcome(tmp_path, monkeypatch) -> None:
     """A campaign the service refuses, and one whose /choose answers 500, end their run with the reason."""
     unbounded = World("unbounded", WORLD.rates, {"family": "pareto", "alpha": 1.5, "scale": 2}, 20, 100)
-    refused, *_ = await run_and_record(tmp_path, "clw", unbounded)
+    refused, *_ = await run_and_record(tmp_path, "odaaf-b", unbounded)
     assert refused.refused is not None and refused.refused.startswith("422") and "max_delay" in refused.refused
     assert refused.decisions == 0 and refused.failure is None
 
