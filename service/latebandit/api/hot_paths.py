@@ -38,7 +38,8 @@ class HotRoute(APIRoute):
 
 
 def hot_endpoints(routers: Iterable[APIRouter]) -> dict[str, Endpoint]:
-    """The endpoints of ``routers``' hot routes, by path (the routers are included without a prefix)."""
+    """The endpoints of ``routers``' hot routes, by their declared path: under a prefix, a hot route would be
+    served through the router instead (the same answers, at the routed cost)."""
     return {route.path: route.endpoint for router in routers for route in router.routes if isinstance(route, HotRoute)}
 
 
