@@ -4,23 +4,43 @@ Measured under load (docs/benchmarks.md), FastAPI's router, dependency solver an
 cost more per /choose than the decision itself. This ASGI layer sits inside the key gate, the body limit
 and the request log (so every guarantee of those holds) and hands the two hot routes their Request
 directly. Their exceptions go to the handlers the app registered, looked up as Starlette does, so every
-answer, error or not, is the one the routed path gives. The routes stay declared on the app, which is
-what documents them in the OpenAPI schema and answers their other methods (405). The endpoints read their
-body and write their answer with the two helpers below, past Starlette's per-request layers.
+answer, error or not, is the one the routed path gives. A route is hot by its declaration, a HotRoute in
+its router, and stays routed on the app too, which is what documents it in the OpenAPI schema and answers
+its other methods (405). The endpoints read their body and write their answer with the two helpers below,
+past Starlette's per-request layers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class HotRoute(APIRoute):
+    """A route HotPaths serves directly (``APIRouter(route_class=HotRoute)``): a POST whose endpoint takes
+    the Request alone, since nothing else is solved for it there."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if self.methods != {"POST"} or len(inspect.signature(endpoint).parameters) != 1:
+            raise TypeError(f"{path}: a hot route is a POST whose endpoint takes only the request")
+
+
+def hot_endpoints(routers: Iterable[APIRouter]) -> dict[str, Endpoint]:
+    """The endpoints of ``routers``' hot routes, by their declared path: under a prefix, a hot route would be
+    served through the router instead (the same answers, at the routed cost)."""
+    return {route.path: route.endpoint for router in routers for route in router.routes if isinstance(route, HotRoute)}
 
 
 class HotPaths:
