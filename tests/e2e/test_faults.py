@@ -205,7 +205,9 @@ def test_postgres_down_during_traffic(tmp_path, redis_url, redis_prefix, postgre
             gate.finish.set()
             ledger = fleet.join()
             assert not ledger.retries and not ledger.fallbacks, ledger.retries  # nobody noticed
-            wait_for_audit(redis_url, redis_prefix, NAMES)
+            # a write caught in flight by the cut is given up only when TCP keepalive finds its connection
+            # dead (audit/log.py: 30 s idle + 3 probes 10 s apart), so the drain may start a minute late
+            wait_for_audit(redis_url, redis_prefix, NAMES, timeout=150.0)
             until(lambda: gauge(http, "latebandit_audit_backlog") == 0, "the backlog gauge back to 0")
             assert http.get("/readyz").status_code == 200
             assert_exact(http, ledger, NAMES, postgres_url)
