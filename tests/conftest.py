@@ -121,3 +121,9 @@ def redis_cluster_url(tmp_path_factory) -> Iterator[str]:
 
     with redis_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
         yield cluster.url
+
+
+async def delete_keys(client, prefix: str) -> None:
+    """Delete every key under ``prefix`` (an asyncio redis client): a test's own store, after it."""
+    for key in [key async for key in client.scan_iter(match=f"{prefix}:*")]:
+        await client.delete(key)

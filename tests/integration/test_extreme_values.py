@@ -20,6 +20,7 @@ from latebandit.engine.scheduling import Scheduler, describe_schedule
 from latebandit.store.base import AnonymousEvent, CampaignRefused, PreparedConversion, Pull, StateStore
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
+from tests.conftest import delete_keys
 from tests.integration.test_schedule_store import SECOND, T0, Clock
 from tests.integration.test_schedule_store import make_campaign as planning_campaign
 from tests.integration.test_schedule_store import pull as slot_pull
@@ -95,9 +96,7 @@ async def test_state_stays_finite_and_readable(redis_url: str, steps: list[tuple
                 seen.append(await _readable(store, attributed, planning, clock.now))
         assert answers[0] == answers[1]
     finally:
-        client = redis_store.client
-        for key in [key async for key in client.scan_iter(match=f"{prefix}:*")]:
-            await client.delete(key)
+        await delete_keys(redis_store.client, prefix)
         await redis_store.close()
 
 

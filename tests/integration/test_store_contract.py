@@ -19,6 +19,7 @@ from latebandit.store.keys import Keys
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS
+from tests.conftest import delete_keys
 
 T0 = 1_800_000_000_000_000  # a fixed epoch in µs; the stores never read a clock except for key expiry
 
@@ -334,9 +335,7 @@ async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, steps: lis
             seen[position] += [counters.matured.tolist(), sorted(cells), audit, state.delay_counts().tolist()]
         assert seen[0] == seen[1]
     finally:
-        client = redis_store.client
-        for key in [key async for key in client.scan_iter(match=f"{prefix}:*")]:
-            await client.delete(key)
+        await delete_keys(redis_store.client, prefix)
         await redis_store.close()
 
 
