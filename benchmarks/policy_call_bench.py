@@ -2,9 +2,9 @@
 
     .venv/bin/python -m benchmarks.policy_call_bench [--calls 3000]
 
-A policy that stands (engine/standing.py) pays ``standing`` once per histogram read, conversion or 64
+A policy that stands (engine/choosing.py) pays ``standing`` once per histogram read, conversion or 64
 decisions and a uniform draw per decision; one that does not (patient-bandits) pays ``choose_together`` on
-every batch of decisions: for a decision taken alone, after the previous one was answered (engine/prepared.py),
+every batch of decisions: for a decision taken alone, after the previous one was answered (engine/choosing.py),
 for two or more (under load) in the request. Statistics of one run, past the opening (no arm forced), as the
 service passes them.
 """
@@ -41,7 +41,7 @@ def main() -> None:
     rng = np.random.default_rng(1)
     for name, spec in CAMPAIGNS.items():
         campaign = Campaign(**spec, created_at=0)
-        if campaign.plans:
+        if campaign.plays_schedule:
             continue  # a planning policy claims slots of a schedule: no per-decision policy call
         policy, stats = campaign.policy_impl, statistics(len(campaign.arms))
         calls = (*(functools.partial(policy.choose_together, stats, decisions, rng) for decisions in (1, 2)),

@@ -1,4 +1,4 @@
-"""Benchmark: what the service's standing choice (engine/standing.py) costs in regret, in the simulator.
+"""Benchmark: what the service's standing choice (engine/choosing.py) costs in regret, in the simulator.
 
     .venv/bin/python -m benchmarks.standing_regret [--runs 200] [--rounds 1 16 64] [--as-if-standing]
 

@@ -189,7 +189,7 @@ class Campaign(CampaignSpec):
         return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot, self.decisions_per_second)
 
     @cached_property
-    def plans(self) -> bool:
+    def plays_schedule(self) -> bool:
         """Its policy plays planned segments from a shared schedule (service/latebandit/store/schedule.py)."""
         return isinstance(self.policy_impl, SchedulePolicy)
 
@@ -211,7 +211,7 @@ class Campaign(CampaignSpec):
         slot; it reads conversions as aggregates), plus the dedup retention and the clock skew between the
         workers that stamped the log: ``latebandit archive`` takes a range that long after its end. (A replay
         forgets a decision line sooner, after the window: only an attributed conversion needs it.)"""
-        return (self.lateness_us if self.plans else self.window_us) + retention_us + skew_us
+        return (self.lateness_us if self.plays_schedule else self.window_us) + retention_us + skew_us
 
     @cached_property
     def bucket_width_us(self) -> int:

@@ -50,7 +50,7 @@ async def test_a_replay_of_the_audit_queue_ends_in_the_live_state(spec: Campaign
             for second in range(1, 20, 4)]  # fmt: skip
     now[0] = T0 + 41 * MICROS
     await engine.feedback(late)
-    if campaign.plans:
+    if campaign.plays_schedule:
         aggregate = {"type": "aggregate", "campaign": spec.id, "start": at(30), "end": at(40), "value": 2.0}
         await engine.feedback([aggregate, {"type": "watermark", "campaign": spec.id, "at": at(41)}])
 
@@ -61,7 +61,7 @@ async def test_a_replay_of_the_audit_queue_ends_in_the_live_state(spec: Campaign
     assert await replayer.state(spec.id, now[0]) == await engine.state(spec.id, now[0])
     late_ids = {event["decision_id"] for event in late}
     assert late_ids.isdisjoint(replayer.decisions)  # forgotten by the time their conversions came
-    if campaign.plans:  # read as aggregates over their instants, they need no decision
+    if campaign.plays_schedule:  # read as aggregates over their instants, they need no decision
         assert replayer.skipped == Counter()
     else:  # the service recorded them and changed nothing, as the replay does without their decisions
         assert replayer.skipped == Counter({"conversion_after_retention": len(late)})

@@ -1,8 +1,9 @@
 """The decision engine: /choose, the campaigns' lifecycle and the state object, independent of HTTP.
 
-It is composed of a worker's view of its campaigns (engine/directory.py), the feedback ingest
-(engine/ingest.py) and the description of state (engine/describe.py), and decides itself, through a
-group commit, with an injected clock and RNG. Replays and rebuilds choose nothing: they record the logged
+It is composed of a worker's view of its campaigns (engine/directory.py), how arms are chosen from a
+campaign's statistics (engine/choosing.py), the feedback ingest (engine/ingest.py) and the description of
+state (engine/describe.py). It records decisions through a group commit (engine/group_commit.py), with an
+injected clock and RNG. Replays and rebuilds choose nothing: they record the logged
 decisions and apply the logged feedback through the same ingest and store semantics, and describe the
 result with the same code (replay/apply.py), so a replay of the log applies exactly the live rules.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,22 +23,17 @@ from latebandit import metrics
 from latebandit.audit.records import Record
 from latebandit.audit.spool import Spool, SpoolFull
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
-from latebandit.delays.exposure import Exposure, bucket_moments, exposure
-from latebandit.engine.describe import arm_stats, delay_rows, describe_state, diagnostic_rows
+from latebandit.delays.exposure import bucket_moments
+from latebandit.engine.choosing import Chooser
+from latebandit.engine.describe import describe_state
 from latebandit.engine.directory import MAX_MOVES, CampaignDirectory, UnknownCampaign, lost_campaign
 from latebandit.engine.group_commit import GroupCommit
 from latebandit.engine.ingest import BatchIngest, Ingest
-from latebandit.engine.planner import Planner
-from latebandit.engine.prepared import PreparedChoice, recorded
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
-from latebandit.engine.standing import StandingChoice
-from latebandit.policies.base import ArmStats, Policy
-from latebandit.policies.floor import with_floor
 from latebandit.store.base import (
     CampaignMoved,
     DecisionResult,
     DecisionStatus,
-    Histogram,
     Pull,
     StateSnapshot,
     StateStore,
@@ -108,14 +103,8 @@ class DecisionEngine:
         ingest = Ingest(store, options.max_skew, options.dedup_retention)
         # Bound, not wrapped: a /feedback request goes straight to the ingest, with no call of its own here.
         self.feedback = BatchIngest(ingest, signer, clock, self.campaigns, self._durable).feedback
-        self.planner = Planner()
-        self._exposures: dict[str, tuple[Histogram, Exposure]] = {}
-        self._standing: dict[str, StandingChoice] = {}  # per campaign, while its statistics stand
-        self._prepared: dict[str, PreparedChoice] = {}  # per campaign, its next decision's choice
-        self._predictable: dict[str, bool] = {}  # per campaign: its last lone decision's reply held no other writes
-        # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
-        self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
-        self._publishing = threading.Lock()
+        self.chooser = Chooser(store, rng, options.snapshot_interval, GROUP_LIMIT)
+        self.planner = self.chooser.planner
         self.scheduler = Scheduler(store, rng, self._pull)
         self._decisions = GroupCommit(self._decide_together, GROUP_LIMIT)
         self._claims = GroupCommit(self._claim_together, GROUP_LIMIT)
@@ -204,7 +193,7 @@ class DecisionEngine:
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
         try:
-            if campaign.plans:
+            if campaign.plays_schedule:
                 claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
                 if claim.status is ClaimStatus.UNREADABLE:
                     raise StateUnreadable(campaign.id, "its schedule, to plan")
@@ -255,108 +244,37 @@ class DecisionEngine:
     async def _decide_together(
         self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
-        """The decisions of one group commit: one policy call for the whole batch (each row its own draw),
-        one store call to record them. Taken at the batch's time, from the same statistics. For a lone
-        decision the next one is made ready (``_prepare_next``) while it is recorded, from the counters the
-        record will answer where the last reply held no other writer's, and checked (``_prepare_after``)
-        once it is answered."""
+        """The decisions of one group commit, taken at the batch's time from the same statistics (engine/choosing.py
+        picks their arms, each its own draw) and recorded by one store call. For a lone decision the next
+        one's choice is made ready while it is recorded and checked once it is answered, unless more
+        decisions of the campaign wait meanwhile: they go as one batch, which computes its own."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id in requests]
         now = self.clock()
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-        chosen = await self._choose(campaign, state, now, len(requests))
+        chosen = await self.chooser.choose(campaign, state, now, len(requests))
         pulls = [
             self._pull(campaign, arm, propensity, now, request_id)
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
         loop, lone = asyncio.get_running_loop(), len(requests) == 1
-        if lone and self._predictable.get(campaign.id, True) and self._holds(campaign):
-            loop.call_soon(self._prepare_next, key, campaign, recorded(state, pulls[0].arm))  # in the reply's wait
+        if lone:  # runs in the wait for the store's reply
+            loop.call_soon(self._predict, key, campaign, state.after_decision(pulls[0].arm))
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
         if lone and results[0].status in ANSWERED:
-            loop.call_soon(self._prepare_after, key, campaign, state)
+            loop.call_soon(self._answered, key, campaign)
         return results
 
-    async def _choose(
-        self, campaign: Campaign, state: StateSnapshot, now: int, decisions: int
-    ) -> list[tuple[int, float]]:
-        """Arms and propensities for ``decisions`` successive decisions: the choice prepared for exactly these
-        statistics (engine/prepared.py), drawn from the campaign's standing choice while its statistics stand
-        (engine/standing.py), else from the policy's own call."""
-        prepared = self._prepared.pop(campaign.id, None)
-        if prepared is not None and prepared.serves(campaign, state, decisions):
-            return [(prepared.arm, prepared.propensity)]
-        if self._standing_serves(campaign, state, decisions):
-            return self._standing[campaign.id].draw(decisions, self.rng)
-        stats = await self._stats(campaign, state, now)
-        policy = self.planner.policy_for(campaign, stats)
-        standing = self._renew_standing(campaign, state, policy, stats)
-        if standing is not None:
-            return standing.draw(decisions, self.rng)
-        return self._policy_call(campaign, policy, stats, decisions)
+    def _predict(self, key: tuple[str, int], campaign: Campaign, predicted: StateSnapshot) -> None:
+        """Not where decisions of the campaign wait: they go as one batch, which a drawn choice does not serve."""
+        if not self._decisions.waiting(key):
+            self.chooser.predict(campaign, predicted)
 
-    def _standing_serves(self, campaign: Campaign, state: StateSnapshot, decisions: int) -> bool:
-        standing = self._standing.get(campaign.id)
-        return standing is not None and standing.serves(campaign, state, decisions)
-
-    def _renew_standing(
-        self, campaign: Campaign, state: StateSnapshot, policy: Policy, stats: ArmStats
-    ) -> StandingChoice | None:
-        """The policy's standing choice for these statistics, kept for the decisions that follow; None (and
-        none kept) where it has none: during an opening, for a policy whose law is never a standing one
-        (qpm-d, Thompson sampling above 10 arms: a nan row) or that does not stand."""
-        standing = StandingChoice.of(campaign, state, policy.standing(stats)[0], GROUP_LIMIT) if policy.stands else None
-        if standing is None:
-            self._standing.pop(campaign.id, None)
-        else:
-            self._standing[campaign.id] = standing
-        return standing
-
-    def _policy_call(
-        self, campaign: Campaign, policy: Policy, stats: ArmStats, decisions: int
-    ) -> list[tuple[int, float]]:
-        choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
-        return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
-
-    def _prepare_next(self, key: tuple[str, int], campaign: Campaign, state: StateSnapshot) -> None:
-        """What the next decision needs, from ``state``, the statistics it reads if nothing else writes first, so
-        that it does not compute it itself: a standing choice that serves it (renewed once the one held is used
-        up after 64 decisions or computed from another S: the policy's call that every 64th decision would pay
-        in its request); where the policy has no standing law (it does not stand, an opening, a nan law), its
-        choice (engine/prepared.py). docs/benchmarks.md has what each costs.
-        Not while other decisions of the campaign wait (they go as one batch), nor where a choice prepared
-        already serves it, nor without a held histogram read whose Ñ is computed (that needs I/O), nor for a
-        planned policy (its plan may change before the next decision)."""
-        if self._decisions.waiting(key) or self.planner.plans(campaign) or self._standing_serves(campaign, state, 1):
-            return
-        prepared = self._prepared.get(campaign.id)
-        if prepared is not None and prepared.serves(campaign, state, 1):
-            return
-        policy, stats = campaign.policy_impl, self._held_stats(campaign, state)
-        if stats is None or self._renew_standing(campaign, state, policy, stats) is not None:
-            return
-        ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
-        self._prepared[campaign.id] = PreparedChoice(campaign, state, arm, propensity)
-
-    def _prepare_after(self, key: tuple[str, int], campaign: Campaign, before: StateSnapshot) -> None:
-        """Once a lone decision taken from ``before`` is answered: the next one made ready from the statistics
-        held now, unless what was prepared while it was recorded serves them. That needs the reply to hold no
-        other writer's decision or conversion, which one worker's campaign between conversions shows; where
-        replies do hold some (other workers deciding), preparing during the record is left off until one does
-        not. Nothing is prepared while a decision of the campaign is queued or being recorded (its pull is not
-        in the counters held yet)."""
-        state = self.store.held(campaign, self.options.snapshot_interval)
-        if state is None:
-            return
-        held, sent = state.counters, before.counters  # this decision's reply (another one in flight has none yet)
-        self._predictable[campaign.id] = held.conversions is sent.conversions and held.decisions == sent.decisions + 1
+    def _answered(self, key: tuple[str, int], campaign: Campaign) -> None:
+        """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
+        so what they would make ready could not serve the next request (which that decision prepares for)."""
         if not self._decisions.busy(key):
-            self._prepare_next(key, campaign, state)
-
-    def _holds(self, campaign: Campaign) -> bool:
-        """Whether the store holds the campaign's statistics between decisions, what a prepared choice is
-        compared with (the embedded store builds them anew for each decision: nothing prepared would serve)."""
-        return self.store.held(campaign, self.options.snapshot_interval) is not None
+            self.chooser.answered(campaign)
 
     async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""
@@ -395,48 +313,23 @@ class DecisionEngine:
         metrics.decision_counter(campaign.id, arm, outcome).inc()
         return Decision(result.decision_id, campaign.id, arm, campaign.policy.name, result.propensity, fallback)
 
-    async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
-        """Ñ is evaluated once per histogram read and reused while the store serves that read (Redis:
-        up to ``snapshot_interval``), so a decision costs O(K), not O(K·B) (docs/design-notes.md, Ñ)."""
-        held = self._held_stats(campaign, state)
-        if held is not None:
-            return held
-        seen = exposure(campaign, state, now)
-        self._exposures[campaign.id] = (state.histogram, seen)
-        self._unpublished[campaign.id] = (campaign, state, seen)
-        if seen.matured_cells.any():
-            hist = state.histogram
-            await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
-        return arm_stats(state, seen)
-
-    def _held_stats(self, campaign: Campaign, state: StateSnapshot) -> ArmStats | None:
-        """The statistics from ``state`` if its histogram read's Ñ is computed already, else None (no I/O)."""
-        cached = self._exposures.get(campaign.id)
-        return arm_stats(state, cached[1]) if cached is not None and cached[0] is state.histogram else None
-
     def publish_diagnostics(self) -> None:
-        """The per-arm gauges (estimates, indices, delay summaries) of the histogram reads since the last
-        call. Run at scrape time and by a background task, in a thread: at 50 arms the delay summaries take
-        tens of milliseconds, which no decision should wait for."""
-        with self._publishing:
-            while self._unpublished:
-                campaign_id, (campaign, state, seen) = self._unpublished.popitem()  # atomic: the loop adds meanwhile
-                metrics.publish_arms(campaign_id, diagnostic_rows(campaign, state, seen))
-                metrics.publish_delays(campaign_id, delay_rows(campaign, state, seen))
+        """The per-arm gauges of the histogram reads since the last call (Chooser.publish_diagnostics)."""
+        self.chooser.publish_diagnostics()
 
     # state ----------------------------------------------------------------------------------------
 
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
         campaign = await self.campaigns.campaign(campaign_id, fresh=True)
         as_of = self.clock() if at is None else at
-        if campaign.plans:
+        if campaign.plays_schedule:
             snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)
             return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
         planned = self.planner.planned(campaign)
-        if planned is not None or self.planner.plans(campaign):
+        if planned is not None or self.planner.solves_for(campaign):
             body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
-        self._unpublished.pop(campaign.id, None)  # an older read: a later scrape must not publish it over this
+        self.chooser.forget(campaign.id)  # an older read: a later scrape must not publish it over this
         metrics.publish_arms(campaign.id, body["arms"])
         metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body

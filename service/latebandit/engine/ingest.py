@@ -138,7 +138,7 @@ class Ingest:
         became of each. Returns those left unapplied because the store answered that the version moved (a
         policy change): the caller reloads the campaign and applies them again. Raises the lost_campaign
         error when the store no longer has the campaign."""
-        if campaign.plans:
+        if campaign.plays_schedule:
             return await self._anonymous(campaign, events, now, ledger)
         items = self._prepared(campaign, events, now, ledger)
         try:

@@ -33,7 +33,7 @@ class Planner:
     def policy_for(self, campaign: Campaign, stats: ArmStats) -> Policy:
         """The policy to decide with now; starts a solve in the background when the plan is missing or due."""
         unplanned = campaign.policy_impl
-        if not self.plans(campaign):
+        if not self.solves_for(campaign):
             return unplanned
         entry = self._ready.get(campaign.id)
         current = entry[1] if entry is not None and entry[0] == campaign.version else None
@@ -45,7 +45,7 @@ class Planner:
         return current
 
     @staticmethod
-    def plans(campaign: Campaign) -> bool:
+    def solves_for(campaign: Campaign) -> bool:
         """Whether the campaign's policy decides from a plan solved here."""
         return isinstance(campaign.policy_impl, GuhaBayes)
 

@@ -237,7 +237,7 @@ class Policy(ABC):
     def standing(self, stats: ArmStats) -> np.ndarray:
         """(R, K) the distribution ``choose`` draws each run's arm from, where it stays the same for the
         rounds that follow while the statistics do (the service then draws from it without recomputing:
-        engine/standing.py); a nan row where it does not, e.g. an opening whose turn moves with t. All nan
+        engine/choosing.py); a nan row where it does not, e.g. an opening whose turn moves with t. All nan
         here: a policy opts in by knowing its choice's law."""
         return np.full(np.shape(stats.pulls), np.nan)
 

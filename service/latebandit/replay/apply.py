@@ -207,7 +207,7 @@ class Replayer:
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
         pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {"at": at})
-        if counted and campaign.plans:
+        if counted and campaign.plays_schedule:
             claim = await self.store.claim_slot(campaign, pull, None, self.request_ttl)
             if claim.status is not ClaimStatus.NEW:
                 self.skipped[f"decision_{claim.status.value}"] += 1
@@ -223,7 +223,7 @@ class Replayer:
         while aging and aging[0][0] < latest:
             self.decisions.pop(aging.popleft()[1], None)
         bucket = latest // campaign.bucket_width_us
-        if campaign.plans or self._bucket.get(campaign.id) == bucket:
+        if campaign.plays_schedule or self._bucket.get(campaign.id) == bucket:
             return
         self._bucket[campaign.id] = bucket
         hist = (await self.store.snapshot(campaign)).histogram
@@ -260,7 +260,7 @@ class Replayer:
         decision = self.decisions.get(line["decision_id"])
         if decision is None:
             campaign = self.campaigns.get(line["campaign"])
-            if campaign is None or not campaign.plans:
+            if campaign is None or not campaign.plays_schedule:
                 late = (
                     campaign is not None
                     and {"decided_at", "received_at"} <= line.keys()
@@ -284,7 +284,7 @@ class Replayer:
         campaign = self.campaigns[campaign_id]
         snapshot = await self.store.snapshot(campaign)
         moment = as_of if as_of is not None else self.as_of or self.latest
-        if campaign.plans:
+        if campaign.plays_schedule:
             return describe_schedule(campaign, snapshot.counters, await self.store.schedule_view(campaign), moment)
         return describe_state(campaign, snapshot, moment)
 

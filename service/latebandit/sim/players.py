@@ -57,7 +57,7 @@ class FeedPlayer:
         observe: Observer | None = None,
         standing_rounds: int = 1,
     ) -> None:
-        """``standing_rounds`` > 1 plays the service's standing choice (engine/standing.py): a run whose
+        """``standing_rounds`` > 1 plays the service's standing choice (engine/choosing.py): a run whose
         policy reports a standing distribution draws its arms from it for up to that many rounds, until the S
         its policy reads changes, its other statistics meanwhile ignored; 1 asks the policy every round.
         The service also keeps Ñ for a whole histogram read; here Ñ is held only while the law stands."""

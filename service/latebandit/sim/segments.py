@@ -27,14 +27,14 @@ class ScheduleDriver:
         self.left = np.zeros(runs, dtype=np.int64)
         self.played = np.zeros(runs, dtype=np.int64)
         self.reward = np.zeros(runs)
-        self.plans: list[Plan] = []
+        self.plays_schedule: list[Plan] = []
         self.current: list[Segment] = []
         self.queues: list[list[Segment]] = []
         self.done: list[list[Observed]] = [[] for _ in range(runs)]
         for run in range(runs):
-            self.plans.append(policy.plan(None, [], [], rng))
-            self.queues.append(list(self.plans[run].segments))
-            self.current.append(self.plans[run].hold)
+            self.plays_schedule.append(policy.plan(None, [], [], rng))
+            self.queues.append(list(self.plays_schedule[run].segments))
+            self.current.append(self.plays_schedule[run].hold)
             self._next_segment(run)
 
     def arms(self) -> np.ndarray:
@@ -66,11 +66,11 @@ class ScheduleDriver:
 
     def _next_segment(self, run: int) -> None:
         while not self.queues[run]:
-            plan = self.plans[run]
+            plan = self.plays_schedule[run]
             if plan.next == Next.NEVER:
                 self._start(run, plan.hold, FOREVER)
                 return
-            self.plans[run] = plan = self.policy.plan(plan.state, self.done[run], [], self.rng)
+            self.plays_schedule[run] = plan = self.policy.plan(plan.state, self.done[run], [], self.rng)
             self.done[run] = []
             self.queues[run] = list(plan.segments)
         segment = self.queues[run].pop(0)

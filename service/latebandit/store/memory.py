@@ -30,6 +30,7 @@ from latebandit.store.base import (
     PreparedConversion,
     Pull,
     StateSnapshot,
+    StateVersion,
 )
 from latebandit.store.schedule import (
     Claim,
@@ -69,6 +70,8 @@ class CampaignMemory:
     sweep_at: int = 1024  # expired keys are dropped when ``expiring`` reaches this size (amortised O(1))
     histogram: Histogram | None = None  # the cells as arrays, built at ``histogram_at`` (µs)
     histogram_at: int = 0
+    histogram_read: int = 0  # which build of the arrays it is (StateVersion.read)
+    stamp: int = 0  # counts the writes other than decisions: counted conversions, folds (StateVersion.stamp)
     schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
 
 
@@ -78,6 +81,7 @@ class MemoryStore:
         self._keep_audit = keep_audit  # replays re-apply logged events and must not queue them again
         self._campaigns: dict[str, CampaignMemory] = {}
         self._last_entry = (0, 0)
+        self._reads = itertools.count(1)  # numbers the histogram builds, as the Redis store numbers its reads
 
     async def ping(self) -> None:
         return None
@@ -130,7 +134,10 @@ class MemoryStore:
         now = self._clock()
         if max_age <= 0 or memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
-        return StateSnapshot(_copy(memory.counters), memory.histogram, memory.delays.copy())
+            memory.histogram_read = next(self._reads)
+        counters = _copy(memory.counters)
+        version = StateVersion(campaign.version, memory.histogram_read, b"%d" % memory.stamp, counters.decisions)
+        return StateSnapshot(counters, memory.histogram, memory.delays.copy(), version)
 
     def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
         """None: every snapshot copies the counters, so none is held."""
@@ -218,6 +225,7 @@ class MemoryStore:
             return Outcome.CENSORED if event.censored else Outcome.REPEAT
         if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
             memory.delays[event.arm, event.delay_bucket] += 1
+            memory.stamp += 1  # the delay counts, and S below, change: statistics of a new version
         if event.censored:
             return Outcome.CENSORED
         if not event.counts:
@@ -234,7 +242,7 @@ class MemoryStore:
             cell = memory.cells.pop((arm, bucket), None)
             if cell is not None:
                 memory.counters.matured[arm] += cell.count
-        memory.histogram = None  # its folded cells now count in ``matured``
+        memory.histogram, memory.stamp = None, memory.stamp + 1  # its folded cells now count in ``matured``
 
     # schedules (planning policies) ---------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -53,6 +54,7 @@ from latebandit.store.base import (
     Pull,
     StateSnapshot,
     StateUnreadable,
+    StateVersion,
     StoreUnavailable,
 )
 from latebandit.store.keys import Keys
@@ -110,8 +112,13 @@ class _Cached:
     histogram: Histogram
     delays: np.ndarray
     read_at: int  # the store's clock (µs) at the histogram (and delay histogram) read
-    version: int  # the policy version it was read for: a policy change resets the state
-    stamp: bytes  # the counters' write stamp ``w`` when read (campaign_lib.lua's stamp_counters)
+    read: int  # which read it is: this store numbers its reads, so that a new one is a new StateVersion
+    policy: int  # the policy version it was read for: a policy change resets the state
+    stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
+
+    def snapshot(self) -> StateSnapshot:
+        version = StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
+        return StateSnapshot(self.counters, self.histogram, self.delays, version)
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
@@ -193,6 +200,10 @@ def _raise_refusal(raw: list[bytes]) -> None:
         raise CampaignRefused(BATCH_REFUSALS[raw[0]])
 
 
+class ScriptProtocolError(RuntimeError):
+    """A script answered what its Lua header says it never does: the Python and Lua sides disagree (a bug)."""
+
+
 class RedisStore:
     def __init__(
         self,
@@ -218,6 +229,7 @@ class RedisStore:
             else ScriptConnections(self.client, MAX_CONNECTIONS, SOCKET_TIMEOUT)
         )
         self._cache: dict[str, _Cached] = {}
+        self._reads = itertools.count(1)  # numbers each read of a campaign's state (StateVersion.read)
         self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
@@ -321,7 +333,7 @@ class RedisStore:
         held = self.held(campaign, max_age)
         if held is not None:
             return held
-        cached = self._held_for(campaign)
+        cached = self._cached(campaign)
         key = (campaign.id, campaign.version)
         refresh = self._refreshing.get(key)
         if refresh is None:
@@ -329,22 +341,22 @@ class RedisStore:
             self._refreshing[key] = refresh
             refresh.add_done_callback(lambda done: self._refreshed(key, done))
         if cached is not None and not refresh.done():
-            return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+            return cached.snapshot()
         return await asyncio.shield(refresh)
 
     def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
         """The worker's counters and a histogram read at most ``max_age`` seconds old, if it holds them. The
         store's clock, as the decisions' times: a test's or a replay's clock ages the snapshot too. A clock set
         back makes the age negative: read again rather than keep the snapshot until it catches up."""
-        cached = self._held_for(campaign)
+        cached = self._cached(campaign)
         if cached is None or not 0 <= self._clock() - cached.read_at <= max_age * MICROS:
             return None
-        return StateSnapshot(cached.counters, cached.histogram, cached.delays)
+        return cached.snapshot()
 
-    def _held_for(self, campaign: Campaign) -> _Cached | None:
+    def _cached(self, campaign: Campaign) -> _Cached | None:
         """The cached state, unless it was read under another policy version (whose state a change reset)."""
         cached = self._cache.get(campaign.id)
-        return cached if cached is not None and cached.version == campaign.version else None
+        return cached if cached is not None and cached.policy == campaign.version else None
 
     def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
         self._refreshing.pop(key, None)
@@ -368,9 +380,11 @@ class RedisStore:
             histogram = parse_histogram(cells_raw, components)
             delays = parse_delays(delays_raw, len(campaign.arms))
             _finite(counters.conversions, histogram.moments)
-        cached = _Cached(counters, histogram, delays, self._clock(), campaign.version, _stamp(counters_raw))
+        cached = _Cached(
+            counters, histogram, delays, self._clock(), next(self._reads), campaign.version, _stamp(counters_raw)
+        )
         self._cache[campaign.id] = cached
-        return StateSnapshot(counters, histogram, delays)
+        return cached.snapshot()
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         return (await self.record_decisions(campaign, [pull], [request_id], ttl))[0]
@@ -383,8 +397,8 @@ class RedisStore:
         worker between conversions, the script answers only the new decision count and the worker adds the
         batch's pulls itself, sparing Redis and the worker the whole counters hash each call."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
-        held = self._held_for(campaign)
-        sent = held.counters if held is not None else None
+        held = self._cached(campaign)
+        sent = held.snapshot() if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
         for pull, request_id in zip(pulls, request_ids, strict=True):
@@ -400,16 +414,24 @@ class RedisStore:
         ]
 
     def _counters_after(
-        self, campaign: Campaign, reply: int | list[bytes], sent: Counters | None, arms: list[int], statuses: list[int]
+        self,
+        campaign: Campaign,
+        reply: int | list[bytes],
+        sent: StateSnapshot | None,
+        arms: list[int],
+        statuses: list[int],
     ) -> Counters | None:
         """The counters after a batch (none after a refusal), kept for the next decision: the script's whole
-        hash, or the ``sent`` ones plus the batch's new pulls (status 0) when it answers only their count.
-        The cache takes them unless a fresher read replaced what was sent meanwhile."""
-        cached = self._held_for(campaign)
+        hash, or, where it says the ``sent`` ones were current by answering only the new decision count, those
+        plus the batch's new pulls (status 0), under the same write stamp. The cache takes them if it still
+        holds the version that was sent (no fresher read replaced it meanwhile)."""
+        cached = self._cached(campaign)
         if isinstance(reply, int):
-            assert sent is not None, "record_decisions answers a count only to counters sent with the batch"
-            counters = sent.with_pulls((arm for arm, status in zip(arms, statuses, strict=True) if status == 0), reply)
-            if cached is not None and cached.counters is sent:
+            if sent is None or sent.version is None:
+                raise ScriptProtocolError("record_decisions answered a decision count to a batch sent no counters")
+            new_pulls = (arm for arm, status in zip(arms, statuses, strict=True) if status == 0)
+            counters = sent.counters.with_pulls(new_pulls, reply)
+            if cached is not None and cached.snapshot().version == sent.version:
                 cached.counters = counters
             return counters
         if not reply:

@@ -1,0 +1,223 @@
+"""How /choose picks a campaign's arms from its statistics: the module to read to change how it decides.
+
+A decision's arm is the policy's choice from the campaign's statistics (``ArmStats``: pulls N, credited sums
+S, the delay-corrected exposures Ñ and the round t), with the campaign's exploration floor mixed in
+(``with_floor``). Ñ needs the histogram of pulls inside the window: it is computed once per histogram read,
+which the store serves for up to ``snapshot_interval`` (and may fold matured cells: the only I/O here), so
+a decision costs O(K), not O(K·B).
+
+The policy's own call is NumPy work, the largest part of a decision after the store's round trip
+(docs/benchmarks.md). Most decisions skip it by taking the campaign's **next choice** (``NextChoice``), kept
+per campaign and valid for a number of decisions at one ``StateVersion`` of the statistics (the store's
+explicit version: policy version, histogram read, write stamp, decision count):
+
+- a *standing law* (``Policy.standing``): the distribution the policy draws from, which moves only with
+  Ñ and S (a new read, a counted conversion, a fold: the version's read and stamp). It serves up to
+  ``limit`` decisions, ignoring the pulls and rounds they add meanwhile, the staleness a full batch of the
+  group commit has anyway. A draw is one uniform (inverse CDF), the same law as the policy's ``choose``.
+- a *drawn choice*, where the policy has no standing law (an opening, patient-bandits, qpm-d: a nan row):
+  the next decision's arm, drawn ahead by the policy's own call, valid for one decision at exactly the
+  version it was computed from (decision count included). It is the choice the policy would make from
+  those statistics with fresh uniforms: the same law, computed earlier.
+
+A request that finds no next choice serving its statistics computes one (or, for a batch that a drawn
+choice cannot serve, calls the policy for every row). Between requests the engine asks for the next one
+to be made ready (``prepare``): while a lone decision is being recorded, from the version its reply brings
+if no one else writes meanwhile (``StateVersion.after_decision``: the wait for Redis is free time for a
+closed loop of one connection, which sends its next request as soon as it is answered), and again once it
+is answered where that prediction missed (another worker's decision, a conversion). A campaign whose last
+prediction missed is not predicted again until one holds, to spare the wasted call where other workers
+write between every two decisions. None of this rests on timing: a next choice serves only a request whose
+statistics carry its version, and nothing replaces a choice with one computed from older statistics.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
+
+from latebandit import metrics
+from latebandit.campaign import Campaign
+from latebandit.delays.exposure import Exposure, exposure
+from latebandit.engine.describe import arm_stats, delay_rows, diagnostic_rows
+from latebandit.engine.planner import Planner
+from latebandit.policies.base import ArmStats, Policy
+from latebandit.policies.floor import mixed_probabilities, with_floor
+from latebandit.store.base import StateSnapshot, StateStore, StateVersion
+
+Choice = tuple[int, float]  # an arm's index and its propensity
+
+
+@dataclass
+class NextChoice:
+    """The campaign's next choice: a law over arms, valid for ``remaining`` decisions at ``basis`` (any
+    decision count of its read and stamp for a standing law; that one count for a drawn choice)."""
+
+    basis: StateVersion
+    exact: bool  # a drawn choice: it serves the statistics of ``basis`` alone, decision count included
+    remaining: int
+    arms: list[int]  # the arms of positive probability
+    bounds: list[float]  # their cumulative probabilities, the last one +inf
+    propensity: dict[int, float]  # each of those arms' probability under the policy (a drawn one's: the law's)
+
+    @classmethod
+    def standing(cls, campaign: Campaign, basis: StateVersion, law: np.ndarray, limit: int) -> NextChoice | None:
+        """From a policy's one-run ``standing`` row, with the campaign's exploration floor mixed in; None
+        when the row is nan (no standing law)."""
+        if np.isnan(law).any():
+            return None
+        if campaign.exploration_floor > 0:
+            law = mixed_probabilities(law[None, :], campaign.exploration_floor)[0]
+        propensity = {arm: p for arm, p in enumerate(law.tolist()) if p > 0}
+        bounds = list(accumulate(propensity.values()))
+        bounds[-1] = float("inf")  # rounding never leaves a uniform draw past the last arm
+        return cls(basis, False, limit, list(propensity), bounds, propensity)
+
+    @classmethod
+    def drawn(cls, basis: StateVersion, arm: int, propensity: float) -> NextChoice:
+        return cls(basis, True, 1, [arm], [float("inf")], {arm: propensity})
+
+    def serves(self, version: StateVersion | None, decisions: int) -> bool:
+        if version is None or decisions > self.remaining:
+            return False
+        if self.exact:
+            return version == self.basis
+        return (version.policy, version.read, version.stamp) == (self.basis.policy, self.basis.read, self.basis.stamp)
+
+    def is_newer_than(self, version: StateVersion) -> bool:
+        """Computed from the same read and stamp with more decisions counted: what a later decision prepared."""
+        same = (version.policy, version.read, version.stamp) == (self.basis.policy, self.basis.read, self.basis.stamp)
+        return same and self.basis.decisions > version.decisions
+
+    def draw(self, decisions: int, rng: np.random.Generator) -> list[Choice]:
+        """``decisions`` arms and their propensities, one uniform each."""
+        self.remaining -= decisions
+        chosen = [self.arms[bisect_right(self.bounds, u)] for u in rng.random(decisions).tolist()]
+        return [(arm, self.propensity[arm]) for arm in chosen]
+
+
+class Chooser:
+    """A worker's choices for its campaigns: the policy's call, the next choices, Ñ per histogram read."""
+
+    def __init__(self, store: StateStore, rng: np.random.Generator, snapshot_interval: float, limit: int) -> None:
+        self.store = store
+        self.rng = rng
+        self.planner = Planner()  # guha-bayes's plans, solved off the request path
+        self._snapshot_interval = snapshot_interval
+        self._limit = limit  # decisions a standing law serves at most (the group commit's batch limit)
+        self._next: dict[str, NextChoice] = {}
+        self._predicted: dict[str, StateVersion] = {}  # per campaign: the version its last prediction assumed
+        self._prediction_held: dict[str, bool] = {}  # per campaign: whether its last prediction held
+        self._exposures: dict[str, tuple[StateVersion, Exposure]] = {}  # per campaign: Ñ of one histogram read
+        # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
+        self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
+        self._publishing = threading.Lock()
+
+    async def choose(self, campaign: Campaign, state: StateSnapshot, now: int, decisions: int) -> list[Choice]:
+        """Arms and propensities for ``decisions`` successive decisions taken together from ``state``."""
+        ready = self._next.get(campaign.id)
+        if ready is not None and ready.serves(state.version, decisions):
+            return ready.draw(decisions, self.rng)
+        stats = await self._stats(campaign, state, now)
+        policy = self.planner.policy_for(campaign, stats)
+        renewed = self._renew(campaign, state, policy, stats)
+        if renewed is not None and renewed.serves(state.version, decisions):
+            return renewed.draw(decisions, self.rng)
+        return self._policy_call(campaign, policy, stats, decisions)
+
+    def predict(self, campaign: Campaign, state: StateSnapshot) -> None:
+        """While a lone decision taken from ``state`` (its pull counted in it) is recorded: its successor's
+        choice, unless the campaign's last prediction missed."""
+        if state.version is None:
+            return
+        self._predicted[campaign.id] = state.version
+        if self._prediction_held.get(campaign.id, True):
+            self.prepare(campaign, state)
+
+    def answered(self, campaign: Campaign) -> None:
+        """Once a lone decision is answered: whether its prediction held, and the next choice made ready from
+        the statistics held now where none serves them (the prediction missed, or was not made)."""
+        state = self.store.held(campaign, self._snapshot_interval)
+        predicted = self._predicted.pop(campaign.id, None)
+        if state is None or state.version is None:
+            return
+        self._prediction_held[campaign.id] = state.version == predicted
+        self.prepare(campaign, state)
+
+    def prepare(self, campaign: Campaign, state: StateSnapshot) -> None:
+        """The next choice made ready for one decision from ``state``, with no I/O: not where one serves
+        already or one from newer statistics is kept, nor where Ñ of this histogram read is not computed yet
+        (that may fold cells), nor for a planned policy (its plan may change before the next decision)."""
+        ready = self._next.get(campaign.id)
+        version = state.version
+        if version is None or self.planner.solves_for(campaign):
+            return
+        if ready is not None and (ready.serves(version, 1) or ready.is_newer_than(version)):
+            return
+        stats = self._cached_stats(campaign, state)
+        if stats is None:
+            return
+        policy = campaign.policy_impl
+        if self._renew(campaign, state, policy, stats) is None:
+            ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
+            self._next[campaign.id] = NextChoice.drawn(version, arm, propensity)
+
+    def _renew(self, campaign: Campaign, state: StateSnapshot, policy: Policy, stats: ArmStats) -> NextChoice | None:
+        """The policy's standing law for these statistics, kept as the next choice; None (and the next choice
+        dropped) where it has none: during an opening, for a law that is never standing (qpm-d, Thompson
+        sampling above 10 arms: a nan row), for a policy that does not stand, or for unversioned statistics."""
+        renewed = None
+        if policy.stands and state.version is not None:
+            renewed = NextChoice.standing(campaign, state.version, policy.standing(stats)[0], self._limit)
+        if renewed is None:
+            self._next.pop(campaign.id, None)
+        else:
+            self._next[campaign.id] = renewed
+        return renewed
+
+    def _policy_call(self, campaign: Campaign, policy: Policy, stats: ArmStats, decisions: int) -> list[Choice]:
+        choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
+        return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
+
+    async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
+        """The statistics of ``state``, Ñ evaluated once per histogram read and reused while the store serves
+        that read (docs/design-notes.md, Ñ); a new read may fold its matured cells into the counters."""
+        held = self._cached_stats(campaign, state)
+        if held is not None:
+            return held
+        seen = exposure(campaign, state, now)
+        if state.version is not None:
+            self._exposures[campaign.id] = (state.version, seen)
+        self._unpublished[campaign.id] = (campaign, state, seen)
+        if seen.matured_cells.any():
+            hist = state.histogram
+            await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
+        return arm_stats(state, seen)
+
+    def _cached_stats(self, campaign: Campaign, state: StateSnapshot) -> ArmStats | None:
+        """The statistics of ``state`` if Ñ of its histogram read is computed already, else None (no I/O)."""
+        cached = self._exposures.get(campaign.id)
+        if cached is None or state.version is None:
+            return None
+        read, seen = cached
+        if (read.policy, read.read) != (state.version.policy, state.version.read):
+            return None
+        return arm_stats(state, seen)
+
+    def forget(self, campaign_id: str) -> None:
+        """Drop a read's diagnostics not yet published: a fresher description of the campaign supersedes it."""
+        self._unpublished.pop(campaign_id, None)
+
+    def publish_diagnostics(self) -> None:
+        """The per-arm gauges (estimates, indices, delay summaries) of the histogram reads since the last
+        call. Run at scrape time and by a background task, in a thread: at 50 arms the delay summaries take
+        tens of milliseconds, which no decision should wait for."""
+        with self._publishing:
+            while self._unpublished:
+                campaign_id, (campaign, state, seen) = self._unpublished.popitem()  # atomic: the loop adds meanwhile
+                metrics.publish_arms(campaign_id, diagnostic_rows(campaign, state, seen))
+                metrics.publish_delays(campaign_id, delay_rows(campaign, state, seen))
