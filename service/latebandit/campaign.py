@@ -1,7 +1,7 @@
 """A campaign: its arms, policy, delay model and censoring window, validated once at creation.
 
 The body POST /campaigns takes; ``buckets`` (optional, ours) sets how finely the histogram of recent pulls
-divides the window, which bounds the error of the effective count Ñ (see delays/exposure.py).
+divides the window, which bounds the error of the effective count Ñ (see engine/exposure.py).
 
 The default window follows the declared delay model: the age by which all but 0.1 % of its conversions have
 arrived (delays/span.py), at most 30 days, and 30 days without a model. A fixed 30 days cut every
@@ -219,7 +219,7 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def exact_components(self) -> tuple[tuple[float, float], ...]:
-        """The exponential components of F whose moments the histogram keeps (delays/exposure.py): those not
+        """The exponential components of F whose moments the histogram keeps (engine/exposure.py): those not
         much faster than a bucket, so that exp(±λ·w) stays within float range."""
         width = self.bucket_width_us / MICROS
         components = self.delay_model.exponential_components() or ()

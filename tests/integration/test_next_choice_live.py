@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from latebandit.campaign import Campaign, CampaignSpec, PolicyChange
-from latebandit.delays.exposure import exposure
 from latebandit.engine.core import GROUP_LIMIT, Decision, DecisionEngine, EngineOptions
 from latebandit.engine.describe import arm_stats
+from latebandit.engine.exposure import exposure
 from latebandit.policies.base import ArmStats
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from latebandit.audit.records import Outcome
 from latebandit.campaign import Campaign, CampaignStatus
-from latebandit.delays.exposure import bucket_moments
+from latebandit.engine.exposure import bucket_moments
 from latebandit.store.base import CampaignRefused, DecisionStatus, PreparedConversion, Pull, StateStore
 from latebandit.store.keys import Keys
 from latebandit.store.memory import MemoryStore

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import bucket_moments, exposure
+from latebandit.engine.exposure import bucket_moments, exposure
 from latebandit.store.base import Pull
 from latebandit.store.memory import MemoryStore
 from latebandit.timeutil import MICROS

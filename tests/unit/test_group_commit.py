@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from latebandit.engine.group_commit import GroupCommit
+from latebandit.group_commit import GroupCommit
 
 
 class Recorder:

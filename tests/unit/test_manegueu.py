@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from scipy import optimize
 
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import bucket_moments, exposure
 from latebandit.delays.tail import BUCKETS, bucket_of, lower_edges, tail_exponent, upper_edges
+from latebandit.engine.exposure import bucket_moments, exposure
 from latebandit.policies import ArmStats, Policy, make_policy
 from latebandit.policies.base import SMALL_ARGMAX
 from latebandit.sim.environment import Environment
@@ -199,7 +199,7 @@ def test_bucket_edges() -> None:
 
 
 async def test_service_tail_weight_bounds_the_sum_over_every_pull() -> None:
-    """delays/exposure.py evaluates each bucket at its youngest edge: equal to that rule applied pull by pull, and an
+    """engine/exposure.py evaluates each bucket at its youngest edge: equal to that rule applied pull by pull, and an
     upper bound on Σ ψ(age) over the pulls younger than the window (matured buckets weigh 0)."""
     campaign = Campaign(
         id="c", arms=["a", "b"], policy={"name": "patient-bandits", "params": {"alpha": 0.4, "scale": 600}},

@@ -30,7 +30,7 @@ NAMED = re.compile(
     BEFORE
     + r"((?:\.\.?/)*(?:"  # a relative path may climb to a parent folder
     + r"(?:" + "|".join(TOP) + r")/[\w.-]*[\w](?:/[\w.-]*[\w])*/?"  # from the root: tests/conftest.py, docs/img/
-    + r"|[\w-]+(?:/[\w.-]+)+\.(?:" + SUFFIXES + r")"  # a relative path with a file name: delays/exposure.py
+    + r"|[\w-]+(?:/[\w.-]+)+\.(?:" + SUFFIXES + r")"  # a relative path with a file name: engine/exposure.py
     + r"|[\w-]+\.lua"  # a script of the store's, by its name
     + r"))"
     + AFTER
@@ -91,7 +91,7 @@ def test_the_check_catches_a_wrong_path() -> None:
     """On made-up text: wrong paths of each kind are caught, existing ones (and patterns) pass."""
     here = PACKAGE / "engine" / "core.py"
     text = (
-        "engine/core.py, store/lua/claim_slots.lua, claim_slots.lua, tests/unit/, delays/exposure.py, "
+        "engine/core.py, store/lua/claim_slots.lua, claim_slots.lua, tests/unit/, engine/exposure.py, "
         "docs/algorithms/guha.md, tests/unit/test_*.py, https://example.org/docs/missing.md; "
         "../docs/README.md; claim_slot.lua, engine/cores.py, docs/missing.md, tests/nowhere/, ../docs/missing.md"
     )

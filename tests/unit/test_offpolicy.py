@@ -238,7 +238,7 @@ def test_the_evaluated_policy_sees_each_conversion_at_its_time_never_earlier(mon
             age = min(now - log.decisions[j].at / MICROS, 30.0)
             effective[log.decisions[j].arm] += 1 - math.exp(-age / mean)
         # exact (exponential moments) but for the bucket straddling the window's edge: at most one pull
-        # here, off by at most F(m) − F(m − w) (service/latebandit/delays/exposure.py)
+        # here, off by at most F(m) − F(m − w) (service/latebandit/engine/exposure.py)
         np.testing.assert_allclose(stats.effective[0], effective, rtol=0, atol=math.exp(-6 + 30 / 64 / 5))
         delayed_at_some_point += logged_by_then > counted.sum()
     assert delayed_at_some_point > 100  # the log makes the timing matter at most decisions

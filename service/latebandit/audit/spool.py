@@ -35,7 +35,7 @@ from latebandit import metrics
 from latebandit.audit.log import AuditLog
 from latebandit.audit.queue import QueueEntry
 from latebandit.audit.records import Record
-from latebandit.engine.group_commit import GroupCommit
+from latebandit.group_commit import GroupCommit
 
 log = logging.getLogger("latebandit")
 

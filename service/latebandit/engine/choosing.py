@@ -42,8 +42,8 @@ import numpy as np
 
 from latebandit import metrics
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import Exposure, exposure
 from latebandit.engine.describe import arm_stats, delay_rows, diagnostic_rows
+from latebandit.engine.exposure import Exposure, exposure
 from latebandit.engine.planner import Planner
 from latebandit.policies.base import ArmStats, Policy
 from latebandit.policies.floor import mixed_probabilities, with_floor

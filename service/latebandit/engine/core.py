@@ -2,7 +2,7 @@
 
 It is composed of a worker's view of its campaigns (engine/directory.py), how arms are chosen from a
 campaign's statistics (engine/choosing.py), the feedback ingest (engine/ingest.py) and the description of
-state (engine/describe.py). It records decisions through a group commit (engine/group_commit.py), with an
+state (engine/describe.py). It records decisions through a group commit (service/latebandit/group_commit.py), with an
 injected clock and RNG. Replays and rebuilds choose nothing: they record the logged
 decisions and apply the logged feedback through the same ingest and store semantics, and describe the
 result with the same code (replay/apply.py), so a replay of the log applies exactly the live rules.
@@ -23,13 +23,13 @@ from latebandit import metrics
 from latebandit.audit.records import Record
 from latebandit.audit.spool import Spool, SpoolFull
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
-from latebandit.delays.exposure import bucket_moments
 from latebandit.engine.choosing import Chooser
 from latebandit.engine.describe import describe_state
 from latebandit.engine.directory import MAX_MOVES, CampaignDirectory, UnknownCampaign, lost_campaign
-from latebandit.engine.group_commit import GroupCommit
+from latebandit.engine.exposure import bucket_moments
 from latebandit.engine.ingest import BatchIngest, Ingest
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
+from latebandit.group_commit import GroupCommit
 from latebandit.store.base import (
     CampaignMoved,
     DecisionResult,

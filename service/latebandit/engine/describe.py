@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import Exposure, campaign_stats, exposure
 from latebandit.delays.tail import delay_summary
+from latebandit.engine.exposure import Exposure, campaign_stats, exposure
 from latebandit.policies.base import EPS_N, ArmStats
 from latebandit.store.base import StateSnapshot
 from latebandit.timeutil import MICROS, format_time

@@ -35,8 +35,8 @@ from latebandit.audit.export import record_to_line
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
 from latebandit.config import Settings
-from latebandit.delays.exposure import bucket_moments
 from latebandit.engine.describe import describe_state
+from latebandit.engine.exposure import bucket_moments
 from latebandit.engine.feedback import Conversion, Reason, Rejection
 from latebandit.engine.ingest import Ingest, Item
 from latebandit.engine.scheduling import describe_schedule

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import bucket_moments, exposure
 from latebandit.engine.describe import arm_stats
+from latebandit.engine.exposure import bucket_moments, exposure
 from latebandit.engine.feedback import Conversion, prepare
 from latebandit.policies.base import ArmStats
 from latebandit.replay.logged import CampaignLog, LoggedDecision

@@ -1,5 +1,5 @@
 """What the Manegueu 2020 policies are shown in the simulator, each piece exact and O(1) per round in the
-number of past pulls (the service keeps the same quantities in bounded time buckets, delays/exposure.py):
+number of past pulls (the service keeps the same quantities in bounded time buckets, engine/exposure.py):
 
 - ``tail_weight``: W_k = Σ_{pulls of k} ψ(age)·1{age < m}, a causal convolution of the pull indicators
   with the policy's envelope, so the block convolution of accounting.py computes it exactly. Adapt-

@@ -101,7 +101,7 @@ class Histogram:
 @dataclass(frozen=True)
 class StateVersion:
     """Which statistics a snapshot holds, by value: two snapshots of one store at equal versions hold equal
-    statistics, which is what lets the engine keep a choice computed from one for the next (engine/next_choice.py).
+    statistics, which is what lets the engine keep a choice computed from one for the next (engine/choosing.py).
     The parts: the campaign's policy version (a change starts a fresh state), the histogram read (numbered by
     the store, new for every read), the counters' write stamp (changed by every write other than a decision:
     a counted conversion, matured cells folded) and the decision count."""
