@@ -4,15 +4,15 @@
 
 -- Why the campaign refuses a write from a caller holding policy version ``version``, or nil: 'unknown' (no
 -- state: never created, lost, or purged after its archive), 'moved' (another policy version: the caller
--- reloads it), 'archived', 'paused'. ``paused``, ``stored`` and ``until`` are the counters' 'paused', 'v'
--- and 'until' fields (false where absent), for a script that reads them with others in one call. An archived
--- campaign refuses every decision (``now`` nil) and feedback received after its feedback_until ``until``
--- (µs); before that it takes feedback even if it was paused when archived.
-local function refusal_of(paused, stored, version, until, now)
+-- reloads it), 'archived', 'paused'. ``paused``, ``stored`` and ``last_feedback`` are the counters' 'paused',
+-- 'v' and 'until' fields (false where absent), for a script that reads them with others in one call. An
+-- archived campaign refuses every decision (``now`` nil) and feedback received after its feedback_until
+-- ``last_feedback`` (µs); before that it takes feedback even if it was paused when archived.
+local function refusal_of(paused, stored, version, last_feedback, now)
   if not paused then return 'unknown' end
   if (stored or '1') ~= version then return 'moved' end
-  if until then
-    if not now or now > tonumber(until) then return 'archived' end
+  if last_feedback then
+    if not now or now > tonumber(last_feedback) then return 'archived' end
     return nil
   end
   if paused == '1' then return 'paused' end
