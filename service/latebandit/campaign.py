@@ -40,6 +40,7 @@ DEFAULT_LATENESS_SECONDS = 3600.0
 class CampaignStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
+    ARCHIVED = "archived"  # ended: no decisions, late feedback until ``feedback_until``, then its state goes
 
 
 class PolicySpec(BaseModel):
@@ -108,7 +109,8 @@ class CampaignSpec(BaseModel):
     )
     allowed_lateness: float = Field(
         default=DEFAULT_LATENESS_SECONDS, ge=0, le=MAX_WINDOW_SECONDS,
-        description="planning policies: how long after a segment's end its feedback is taken as complete",
+        description="planning policies: how long after a segment's end its feedback is taken as complete; every "
+        "campaign: how long after its window an archived campaign still records conversions",
     )  # fmt: skip
 
     @model_validator(mode="before")
@@ -179,6 +181,20 @@ class Campaign(CampaignSpec):
     status: CampaignStatus = CampaignStatus.ACTIVE
     version: int = 1
     created_at: int = 0  # epoch microseconds
+    archived_at: int | None = None  # epoch microseconds, once archived
+
+    @property
+    def feedback_until(self) -> int | None:
+        """Until when (µs, inclusive) an archived campaign still records conversions: its archive time plus
+        the window (a decision made just before the archive may convert that late and count) plus the
+        allowed lateness (how late such a conversion may be reported). None while it is not archived."""
+        if self.archived_at is None:
+            return None
+        return self.archived_at + self.window_us + self.lateness_us
+
+    def archived(self, at: int) -> Campaign:
+        """This campaign archived at ``at`` (µs)."""
+        return self.model_copy(update={"status": CampaignStatus.ARCHIVED, "archived_at": at})
 
     @cached_property
     def delay_model(self) -> DelayModel:
@@ -237,7 +253,9 @@ class Campaign(CampaignSpec):
         return Campaign(**spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at)
 
     def public(self) -> dict[str, Any]:
-        body = self.model_dump(mode="json", exclude={"created_at"})
+        body = self.model_dump(mode="json", exclude={"created_at", "archived_at"})
         body["created_at"] = format_time(self.created_at)
+        if self.archived_at is not None and self.feedback_until is not None:
+            body |= {"archived_at": format_time(self.archived_at), "feedback_until": format_time(self.feedback_until)}
         body["policy"]["resolved_params"] = self.policy_impl.params()
         return body

@@ -6,6 +6,11 @@ their own ``arm`` label (LATEBANDIT_METRICS_ARMS, default 50). Counters report t
 per-arm gauges, which cannot be summed, are not exported beyond the caps. Other labels take a fixed set of
 values (outcomes, rejection reasons, store operations, histogram bounds).
 
+An archived campaign's series are removed (``forget_campaign``), not left at their last value, and its label
+is given back to the cap; the late conversions it still records count under "_other". With several workers
+a worker may still hold series of a campaign another one archived, and prometheus-client cannot remove
+series from its multiprocess files: the exposition leaves out the archived campaigns' series instead.
+
 With several uvicorn workers, ``serve`` points PROMETHEUS_MULTIPROC_DIR at a fresh directory and /metrics
 aggregates every worker's files (prometheus-client's multiprocess mode): counters and histograms are summed
 over every worker that ever ran (a dead worker's counts stay: a counter never goes down), each gauge is
@@ -19,7 +24,8 @@ import contextlib
 import functools
 import math
 import os
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +40,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
@@ -196,12 +204,13 @@ PLAN_PENDING_DECISIONS = Counter(
 )
 
 _labelled: dict[str, set[str]] = {}  # campaign -> its arms with a label of their own
+_archived: set[str] = set()  # campaigns this process saw archived: never labelled again
 
 
 def campaign_label(campaign: str) -> str:
     if campaign in _labelled:
         return campaign
-    if len(_labelled) < caps.campaigns:
+    if len(_labelled) < caps.campaigns and campaign not in _archived:
         _labelled[campaign] = set()
         return campaign
     return OTHER
@@ -253,12 +262,15 @@ def preset(rejection_reasons: Iterable[str]) -> None:
         STORE_ERRORS.labels(operation)
 
 
-def exposition() -> tuple[bytes, str]:
+def exposition(archived: Collection[str] = ()) -> tuple[bytes, str]:
+    """The metrics; in the multiprocess mode without the series of the ``archived`` campaigns (the store's
+    list: other workers' archives too) nor of those this process archived."""
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         forget_dead_workers(directory)
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, directory)
+        shared = multiprocess.MultiProcessCollector(None, directory)
+        registry.register(WithoutCampaigns(shared, {*archived, *_archived}))
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(), CONTENT_TYPE_LATEST
 
@@ -324,7 +336,11 @@ def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:
 
 def publish_campaign(campaign: Campaign) -> None:
     """Per-campaign gauges, when a worker loads or changes a campaign: window, version, pause, and for each
-    bound of the observed-delay histogram the delay model's share of in-window conversions below it."""
+    bound of the observed-delay histogram the delay model's share of in-window conversions below it. An
+    archived campaign's series are removed instead."""
+    if campaign.archived_at is not None:
+        forget_campaign(campaign.id)
+        return
     label = campaign_label(campaign.id)
     if label == OTHER:
         return
@@ -338,3 +354,42 @@ def publish_campaign(campaign: Campaign) -> None:
     for bound in DELAY_BUCKETS:
         share = float(model.cdf(min(bound, campaign.window))) / at_window
         DELAY_ASSUMED.labels(label, floatToGoString(bound)).set(share)  # the histogram's own ``le`` text
+
+
+def forget_campaign(campaign: str) -> None:
+    """Remove every series of an archived campaign (prometheus-client's ``remove``, per labelled metric), so
+    that dashboards and alerts stop showing it, and give its label back to the cap. In the multiprocess mode
+    the removal has no effect on the files (prometheus-client warns so): ``exposition`` hides them."""
+    _archived.add(campaign)
+    if _labelled.pop(campaign, None) is None:  # never labelled: its events went to "_other"
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for metric in _per_campaign():
+            metric.remove_by_labels({"campaign": campaign})
+    decision_counter.cache_clear()  # it holds series just removed
+
+
+def _per_campaign() -> list[Counter | Gauge | Histogram]:
+    """This module's metrics with a ``campaign`` label."""
+    return [
+        value for value in globals().values()
+        if isinstance(value, Counter | Gauge | Histogram) and "campaign" in value._labelnames
+    ]  # fmt: skip
+
+
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class WithoutCampaigns(Collector):
+    """A collector's metrics without the series of ``hidden`` campaigns."""
+
+    def __init__(self, collector: Collector, hidden: Collection[str]) -> None:
+        self.collector = collector
+        self.hidden = hidden
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.collector.collect():
+            metric.samples = [sample for sample in metric.samples if sample.labels.get("campaign") not in self.hidden]
+            yield metric

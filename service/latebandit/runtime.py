@@ -38,6 +38,7 @@ DIAGNOSTICS_EVERY = 5.0  # seconds between publications of the per-arm gauges (e
 HISTORY_RETRY = 2.0  # seconds the audit log is taken as unreachable after a failed campaign lookup
 SPOOL_EVERY = 1.0  # seconds between hand-overs of spooled fallback decisions to the audit log
 BACKLOG_EVERY = 1.0  # seconds between refreshes of the audit backlog and lag gauges (one XLEN per campaign)
+SWEEP_EVERY = 60.0  # seconds between sweeps of the archived campaigns whose state may go (store.purge_archived)
 
 
 def load_secret(settings: Settings) -> str:
@@ -134,6 +135,7 @@ class Runtime:
             self.tasks.append(asyncio.create_task(self.writer.run(self.settings.audit_interval, self.stop)))
         self.tasks.append(asyncio.create_task(watch_audit(self.store, self.audit, self._inline_writer(), self.stop)))
         self.tasks.append(asyncio.create_task(self._publish_diagnostics()))
+        self.tasks.append(asyncio.create_task(sweep_archived(self.store, self.engine.clock, self.stop)))
         if self.engine.spool is not None:
             self.tasks.append(asyncio.create_task(hand_over_spool(self.engine.spool, self.audit, self.stop)))
         settle_heap()
@@ -213,6 +215,23 @@ async def watch_audit(store: StateStore, audit: AuditLog, writer: AuditWriter | 
             metrics.AUDIT_UP.set(0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=BACKLOG_EVERY)
+
+
+async def sweep_archived(store: StateStore, clock: Clock, stop: asyncio.Event) -> None:
+    """Every SWEEP_EVERY seconds, purge the state of the archived campaigns past their feedback_until whose
+    audit queue is drained. A sweep, not key expiry: the audit queue must outlive the window until the audit
+    log has it, request-id keys are written with their own expiry, and a purge needs no clock in Redis. Every
+    worker sweeps (a purge is idempotent), so none has to be told it is the one."""
+    while not stop.is_set():
+        try:
+            purged = await store.purge_archived(clock())
+        except StoreUnavailable as error:
+            log.warning("archived campaigns wait for the next sweep: %s", error)
+        else:
+            for campaign in purged:
+                log.info("archived campaign's state purged", extra={"campaign": campaign})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=SWEEP_EVERY)
 
 
 async def hand_over_spool(spool: Spool, audit: AuditLog, stop: asyncio.Event) -> None:

@@ -126,3 +126,35 @@ def test_several_workers_sum_their_counters_and_merge_their_gauges_as_each_means
     assert values["latebandit_audit_backlog"] == 10
     assert values["latebandit_audit_lag_seconds"] == 2
     assert values["latebandit_audit_spool_records"] == 1 + 2
+
+
+ARCHIVING_WORKER = """
+import sys
+from latebandit import metrics
+metrics.FEEDBACK.labels("kept", "counted").inc()
+metrics.FEEDBACK.labels("ended", "counted").inc()  # a worker that never learns of the archive
+metrics.CAMPAIGN_WINDOW.labels("gone").set(60)
+metrics.CAMPAIGN_WINDOW.labels("kept").set(60)
+metrics.forget_campaign("gone")  # this worker archived it
+print(metrics.exposition(["ended"])[0].decode(), flush=True)
+"""
+
+
+def test_archived_campaigns_series_are_left_out_of_the_multiprocess_exposition(tmp_path) -> None:
+    """prometheus-client cannot remove series from its multiprocess files: the exposition leaves out those of
+    the campaigns the store lists as archived and those this worker archived, and keeps the others'."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", ARCHIVING_WORKER], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    labels = {s.labels.get("campaign") for family in text_string_to_metric_families(run.stdout) for s in family.samples}
+    assert "kept" in labels and not {"gone", "ended"} & labels
+
+
+def test_an_archived_campaigns_series_are_removed_and_its_label_given_back(small_caps: None) -> None:
+    metrics.FEEDBACK.labels(metrics.campaign_label("ends"), "counted").inc()
+    metrics.decision_counter("ends", "a", "new").inc()
+    metrics.forget_campaign("ends")
+    exported = {s.labels.get("campaign") for family in REGISTRY.collect() for s in family.samples}
+    assert "ends" not in exported
+    assert metrics.campaign_label("ends") == metrics.OTHER  # its late feedback counts under "_other"
+    assert metrics.campaign_label("next") == "next"  # the label it held is free for another campaign

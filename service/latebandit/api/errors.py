@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from latebandit import metrics
-from latebandit.engine.directory import UnknownCampaign
+from latebandit.engine.directory import CampaignArchived, UnknownCampaign
 from latebandit.engine.feedback import not_served
 from latebandit.store.base import StateUnreadable, StoreUnavailable
 
@@ -54,6 +54,12 @@ async def unknown_campaign(request: Request, exc: UnknownCampaign) -> JSONRespon
     return JSONResponse({"error": "unknown_campaign", "detail": f"no campaign {exc.args[0]!r}"}, 404)
 
 
+async def campaign_archived(request: Request, exc: CampaignArchived) -> JSONResponse:
+    detail = (f"campaign {exc.campaign_id!r} is archived: it makes no decisions and takes no changes "
+              "(GET /campaigns/{id} has its archive time; GET /campaigns/{id}/state?at= its past states)")  # fmt: skip
+    return JSONResponse({"error": "campaign_archived", "detail": detail}, 410)
+
+
 async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
     metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
     return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
@@ -70,6 +76,7 @@ HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] =
     RequestValidationError: invalid_request,
     StarletteHTTPException: http_error,
     UnknownCampaign: unknown_campaign,
+    CampaignArchived: campaign_archived,
     StoreUnavailable: store_down,
     StateUnreadable: state_unreadable,
 }

@@ -6,9 +6,9 @@ the key (campaign, entry id, position in entry), so draining an entry twice neve
 
 Times are epoch microseconds. Records are plain dicts so that they cross Redis as JSON unchanged.
 
-- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume"|"policy"|"plan", "config": {...}}``
-  (``config``: the whole stored campaign for a creation and a policy change; for ``plan``, the plan a planning
-  policy committed, with its version)
+- ``{"type": "campaign", "campaign", "at", "action": "create"|"pause"|"resume"|"policy"|"plan"|"archive",
+  "config": {...}}`` (``config``: the whole stored campaign for a creation and a policy change; for ``plan``, the
+  plan a planning policy committed, with its version; none for the others)
 - ``{"type": "decision", "campaign", "seq", "decision_id", "arm", "at", "propensity", "policy",
   "version", "fallback", "request_id"}``
 - ``{"type": "conversion", "campaign", "event_id", "decision_id", "arm", "decided_at",

@@ -208,9 +208,15 @@ class Chooser:
             return None
         return arm_stats(state, seen)
 
-    def forget(self, campaign_id: str) -> None:
+    def unpublished(self, campaign_id: str) -> None:
         """Drop a read's diagnostics not yet published: a fresher description of the campaign supersedes it."""
         self._unpublished.pop(campaign_id, None)
+
+    def forget(self, campaign_id: str) -> None:
+        """Drop everything kept for a campaign that decides no more (archived)."""
+        for kept in (self._next, self._predicted, self._prediction_held, self._exposures, self._unpublished):
+            kept.pop(campaign_id, None)
+        self.planner.forget(campaign_id)
 
     def publish_diagnostics(self) -> None:
         """The per-arm gauges (estimates, indices, delay summaries) of the histogram reads since the last

@@ -25,7 +25,7 @@ from latebandit.audit.spool import Spool, SpoolFull
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.engine.choosing import Chooser
 from latebandit.engine.describe import describe_state
-from latebandit.engine.directory import MAX_MOVES, CampaignDirectory, UnknownCampaign, lost_campaign
+from latebandit.engine.directory import MAX_MOVES, CampaignArchived, CampaignDirectory, UnknownCampaign
 from latebandit.engine.exposure import bucket_moments
 from latebandit.engine.ingest import BatchIngest, Ingest
 from latebandit.engine.scheduling import UNSETTLED, Scheduler, describe_schedule, unclaimed
@@ -134,24 +134,35 @@ class DecisionEngine:
     async def set_status(self, campaign_id: str, status: CampaignStatus) -> Campaign:
         record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(),
                           "action": "pause" if status is CampaignStatus.PAUSED else "resume"}  # fmt: skip
-        campaign = await self.store.set_status(campaign_id, status, record)
-        if campaign is None:
-            raise UnknownCampaign(campaign_id)
+        campaign = _changeable(campaign_id, await self.store.set_status(campaign_id, status, record))
         await self._durable()
         self.campaigns.remember(campaign)
         return campaign
+
+    async def archive(self, campaign_id: str) -> Campaign:
+        """Archive the campaign: decisions end now, conversions are recorded until its ``feedback_until``, then
+        a sweep (``purge_archived``) removes its state; its metric series go now. A repeated archive answers the
+        first one (idempotent). The audit record is written with the archive, atomically."""
+        now = self.clock()
+        current = await self.campaigns.campaign(campaign_id, fresh=True)
+        record: Record = {"type": "campaign", "campaign": campaign_id, "at": now, "action": "archive"}
+        archived = await self.store.archive(current.archived(now), record)
+        if archived is None:
+            raise UnknownCampaign(campaign_id)
+        await self._durable()
+        self.campaigns.remember(archived)  # its metric series are removed there (metrics.publish_campaign)
+        self.chooser.forget(campaign_id)
+        return archived
 
     async def change_policy(self, campaign_id: str, change: PolicyChange) -> Campaign:
         """Start the campaign's next policy version (a fresh state; the audit log keeps the old one's
         history, and a replay applies the change at the same point). ValueError if the new policy does not
         fit the campaign, CampaignMoved if another change won the race."""
-        current = await self.campaigns.campaign(campaign_id, fresh=True)
+        current = _changeable(campaign_id, await self.campaigns.campaign(campaign_id, fresh=True))
         campaign = current.with_policy(change)
         record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(), "action": "policy",
                           "config": campaign.model_dump(mode="json")}  # fmt: skip
-        changed = await self.store.change_policy(campaign, record)
-        if changed is None:
-            raise UnknownCampaign(campaign_id)
+        changed = _changeable(campaign_id, await self.store.change_policy(campaign, record))
         await self._durable()
         self.campaigns.remember(changed)
         return changed
@@ -170,6 +181,8 @@ class DecisionEngine:
                 if known is None:
                     raise
                 return await self._store_down(known, now, request_id)
+            if campaign.archived_at is not None:
+                raise CampaignArchived(campaign_id)
             try:
                 return await self._decide(campaign, now, request_id)
             except CampaignMoved:
@@ -207,10 +220,10 @@ class DecisionEngine:
             self._report_unreadable(unreadable, now)
             result, outcome = await self._fallback(campaign, now, request_id), "fallback_unreadable"
         else:
-            if result.status is DecisionStatus.MOVED:
+            if result.status in (DecisionStatus.MOVED, DecisionStatus.ARCHIVED):  # reloaded: a change, or archived
                 raise CampaignMoved(campaign.id)
             if result.status is DecisionStatus.UNKNOWN:
-                raise lost_campaign(campaign.id)
+                raise await self.campaigns.refused_unknown(campaign.id)
             outcome = result.status.value
             if result.status is DecisionStatus.PAUSED:
                 result, outcome = await self._fallback(campaign, now, request_id), "fallback_paused"
@@ -225,7 +238,9 @@ class DecisionEngine:
         fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
         result = await self.store.record_fallback(campaign, fallback, request_id, math.ceil(self.options.request_ttl))
         if result.status is DecisionStatus.UNKNOWN:
-            raise lost_campaign(campaign.id)
+            raise await self.campaigns.refused_unknown(campaign.id)
+        if result.status is DecisionStatus.ARCHIVED:
+            raise CampaignArchived(campaign.id)
         return result
 
     def _report_unreadable(self, unreadable: StateUnreadable, now: int) -> None:
@@ -320,7 +335,7 @@ class DecisionEngine:
     # state ----------------------------------------------------------------------------------------
 
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
-        campaign = await self.campaigns.campaign(campaign_id, fresh=True)
+        campaign = _changeable(campaign_id, await self.campaigns.campaign(campaign_id, fresh=True))
         as_of = self.clock() if at is None else at
         if campaign.plays_schedule:
             snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)
@@ -329,7 +344,7 @@ class DecisionEngine:
         planned = self.planner.planned(campaign)
         if planned is not None or self.planner.solves_for(campaign):
             body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
-        self.chooser.forget(campaign.id)  # an older read: a later scrape must not publish it over this
+        self.chooser.unpublished(campaign.id)  # an older read: a later scrape must not publish it over this
         metrics.publish_arms(campaign.id, body["arms"])
         metrics.publish_delays(campaign.id, {arm: row["delays"] for arm, row in body["arms"].items()})
         return body
@@ -337,3 +352,13 @@ class DecisionEngine:
     async def _durable(self) -> None:
         if self._after_write is not None:
             await self._after_write()
+
+
+def _changeable(campaign_id: str, campaign: Campaign | None) -> Campaign:
+    """``campaign`` as the store answered a change or a read of it: UnknownCampaign if none, CampaignArchived
+    if archived (its state is going; GET /state?at= replays its past from the audit log)."""
+    if campaign is None:
+        raise UnknownCampaign(campaign_id)
+    if campaign.archived_at is not None:
+        raise CampaignArchived(campaign_id)
+    return campaign

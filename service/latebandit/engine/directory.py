@@ -29,6 +29,14 @@ class UnknownCampaign(LookupError):
     pass
 
 
+class CampaignArchived(LookupError):
+    """The campaign is archived: it decides nothing and takes no change (answered 410)."""
+
+    def __init__(self, campaign_id: str) -> None:
+        super().__init__(campaign_id)
+        self.campaign_id = campaign_id
+
+
 def lost_campaign(campaign_id: str) -> StoreUnavailable:
     """A campaign this worker knows that the store no longer has: Redis lost its data. Callers answer
     as for a store outage (fallback decisions, 503 on feedback) until `latebandit rebuild` restores it."""
@@ -79,6 +87,15 @@ class CampaignDirectory:
                 raise UnknownCampaign(campaign_id)
             self.remember(campaign)
         return campaign
+
+    async def refused_unknown(self, campaign_id: str) -> CampaignArchived | StoreUnavailable:
+        """Why the store calls unknown a campaign this worker holds: archived (on any worker) and purged since,
+        the archived copy remembered from now on; else the store lost it (lost_campaign)."""
+        stored = await self.store.get_campaign(campaign_id)
+        if stored is not None and stored.archived_at is not None:
+            self.remember(stored)
+            return CampaignArchived(campaign_id)
+        return lost_campaign(campaign_id)
 
     async def from_history(self, campaign_id: str) -> Campaign | None:
         """The campaign as the audit log knows it (None without an audit log)."""

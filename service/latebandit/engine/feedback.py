@@ -34,6 +34,7 @@ class Reason(StrEnum):
     VALUE_OUT_OF_RANGE = "value_out_of_range"
     WRONG_FEEDBACK_KIND = "wrong_feedback_kind"
     CAMPAIGN_PAUSED = "campaign_paused"
+    CAMPAIGN_ARCHIVED = "campaign_archived"  # received after an archived campaign's feedback_until
     FORBIDDEN_CAMPAIGN = "forbidden_campaign"  # the request's key does not serve the event's campaign
     PHASE_CLOSED = "phase_closed"  # an aggregate for slots whose feedback a planning policy already closed
 

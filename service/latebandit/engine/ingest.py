@@ -3,7 +3,7 @@
 ``Ingest`` is the one code that turns a campaign's events into store calls: attributed conversions are
 classified against the campaign's policy version (engine/feedback.py, ``prepare_batch``), a planning
 campaign's events are read as aggregates and watermarks (``anonymous_event``), and the store's refusals
-(paused, moved, lost) are answered the same way. /feedback (``BatchIngest``) and the replay of an audit log
+(paused, archived, moved, lost) are answered the same way. /feedback (``BatchIngest``) and the replay of an audit log
 (replay/apply.py) both apply events through it, so a replay counts feedback as the service did; they differ
 only in where the events come from and in what they make of each event's fate (a ``Ledger``).
 """
@@ -46,6 +46,9 @@ from latebandit.tokens import TokenSigner
 LOOKUPS_PER_BATCH = 100  # campaigns one /feedback batch may make this worker look up; the rest are refused
 Item = Conversion | dict[str, Any]  # a verified conversion, or an aggregate or watermark as sent
 APPLIED: Sequence[tuple[int, Item]] = ()  # what ``Ingest.apply`` leaves over when every event was applied
+# The store's refusals that ``Ingest.apply`` hands back for the caller to reload the campaign: a policy change;
+# or a campaign the store no longer has (archived and purged since, or lost: the reload tells which).
+RELOAD = (DecisionStatus.MOVED, DecisionStatus.UNKNOWN)
 
 
 class Ledger(Protocol):
@@ -136,22 +139,25 @@ class Ingest:
     ) -> Sequence[tuple[int, Item]]:
         """Apply ``campaign``'s events, classified against its policy version, and tell ``ledger`` what
         became of each. Returns those left unapplied because the store answered that the version moved (a
-        policy change): the caller reloads the campaign and applies them again. Raises the lost_campaign
-        error when the store no longer has the campaign."""
+        policy change) or that it has no such campaign (``RELOAD``): the caller reloads the campaign and
+        applies them again. An archived campaign's events received after its ``feedback_until`` are rejected."""
+        if campaign.feedback_until is not None and now > campaign.feedback_until:
+            for index, _ in events:
+                ledger.reject(index, _archived(campaign))
+            return APPLIED
         if campaign.plays_schedule:
             return await self._anonymous(campaign, events, now, ledger)
         items = self._prepared(campaign, events, now, ledger)
         try:
             outcomes = await self.store.apply_conversions(campaign, [prepared for _, prepared in items])
         except CampaignRefused as refused:
-            _raise_if_lost(campaign, refused)
             applied = len(refused.applied)
             ledger.tally(campaign, *_refusals_out(campaign, items[:applied], refused.applied, ledger))
-            if refused.reason is DecisionStatus.MOVED:
+            if refused.reason in RELOAD:
                 left = {index for index, _ in items[applied:]}
                 return [(index, event) for index, event in events if index in left]
             for index, _ in items[applied:]:
-                ledger.reject(index, _paused(campaign))
+                ledger.reject(index, _refusal(campaign, refused.reason))
             return APPLIED
         ledger.tally(campaign, *_refusals_out(campaign, items, outcomes, ledger))
         return APPLIED
@@ -191,10 +197,9 @@ class Ingest:
         try:
             outcomes = await self.store.apply_anonymous(campaign, [event for _, event in events], now)
         except CampaignRefused as refused:
-            _raise_if_lost(campaign, refused)
-            if refused.reason is DecisionStatus.MOVED:
+            if refused.reason in RELOAD:
                 return items
-            rejections += [(index, _paused(campaign)) for index, _ in events]
+            rejections += [(index, _refusal(campaign, refused.reason)) for index, _ in events]
             events, outcomes = [], []
         for index, refusal in rejections:
             ledger.reject(index, refusal)
@@ -237,14 +242,17 @@ def _out_of_range(campaign: Campaign, event: PreparedConversion | AnonymousEvent
     return Rejection(Reason.VALUE_OUT_OF_RANGE, detail)
 
 
-def _raise_if_lost(campaign: Campaign, refused: CampaignRefused) -> None:
-    """A campaign its caller knows that the store calls unknown was lost by the store: the caller retries."""
-    if refused.reason is DecisionStatus.UNKNOWN:
-        raise lost_campaign(campaign.id) from refused
-
-
-def _paused(campaign: Campaign) -> Rejection:
+def _refusal(campaign: Campaign, reason: DecisionStatus) -> Rejection:
+    """The rejection of an event the store refused because its campaign is paused or archived."""
+    if reason is DecisionStatus.ARCHIVED:
+        return _archived(campaign)
     return Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
+
+
+def _archived(campaign: Campaign) -> Rejection:
+    return Rejection(
+        Reason.CAMPAIGN_ARCHIVED, f"campaign {campaign.id!r} is archived and its feedback_until has passed"
+    )
 
 
 class BatchIngest:
@@ -307,10 +315,14 @@ class BatchIngest:
     async def _apply(
         self, result: FeedbackResult, campaign_id: str, events: Sequence[tuple[int, Item]], now: int
     ) -> None:
-        """One campaign's events; when the store answers that its policy version moved (a policy change),
-        those left are applied again against the reloaded campaign."""
+        """One campaign's events; when the store answers that its policy version moved (a policy change) or
+        that it has no such campaign, those left are applied again against the reloaded campaign (an archived
+        one rejects them; a campaign the store lost is a 503 until it is rebuilt)."""
         for attempt in range(MAX_MOVES):
-            campaign = await self.campaigns.campaign(campaign_id, fresh=attempt > 0)
+            try:
+                campaign = await self.campaigns.campaign(campaign_id, fresh=attempt > 0)
+            except UnknownCampaign as unknown:  # known to this worker a moment ago, so the store lost it
+                raise lost_campaign(campaign_id) from unknown
             events = await self.ingest.apply(campaign, events, now, result)
             if not events:
                 return

@@ -84,6 +84,13 @@ class Planner:
         metrics.PLANS.labels(label, "ok").inc()
         self._ready[campaign.id] = (campaign.version, planned)
 
+    def forget(self, campaign_id: str) -> None:
+        """Drop a campaign's plan (it decides no more); a solve still running ends unused."""
+        self._ready.pop(campaign_id, None)
+        running = self._solving.pop(campaign_id, None)
+        if running is not None:
+            running.cancel()
+
     async def wait(self, campaign_id: str) -> None:
         """Until the campaign's running solve (if any) is over; for tests and graceful shutdown."""
         running = self._solving.get(campaign_id)

@@ -140,6 +140,8 @@ class Replayer:
             await self._campaign(line)
         elif kind == "decision":
             await self._decision(line)
+        elif kind == "archive":
+            await self._archive(line)
         elif kind in EVENT_TIME:
             await self._feedback(kind, line)
         else:
@@ -176,6 +178,17 @@ class Replayer:
         else:
             return
         self.campaigns[campaign_id] = changed or self.campaigns[campaign_id]
+
+    async def _archive(self, line: dict[str, Any]) -> None:
+        """The campaign's archive, as the service made it: its later feedback is refused after its
+        feedback_until, by the same store rule. A second archive line changes nothing, as a second DELETE."""
+        campaign = self.campaigns.get(line["campaign"])
+        if campaign is None:
+            self.skipped["archive_without_campaign"] += 1
+            return
+        at = parse_time(line["at"])
+        if self._advance(campaign.id, at):
+            self.campaigns[campaign.id] = await self.store.archive(campaign.archived(at), {}) or campaign
 
     async def _plan(self, campaign: Campaign, line: dict[str, Any]) -> None:
         plan, version = Plan.from_json(line["plan"]), int(line["version"])

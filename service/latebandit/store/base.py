@@ -31,8 +31,9 @@ class StoreUnavailable(RuntimeError):
 
 
 class CampaignRefused(RuntimeError):
-    """Feedback for a campaign that is unknown, paused or at another policy version: ``reason`` is one of
-    DecisionStatus.UNKNOWN, PAUSED or MOVED, the answers the decision path gives for the same states.
+    """Feedback for a campaign that is unknown, paused, archived past its ``feedback_until`` or at another
+    policy version: ``reason`` is one of DecisionStatus.UNKNOWN, PAUSED, ARCHIVED or MOVED, the answers the
+    decision path gives for the same states.
     ``applied`` holds the outcomes of the leading events that were applied before the refusal (a batch
     applied in several atomic chunks can be paused between two of them)."""
 
@@ -158,6 +159,7 @@ class DecisionStatus(StrEnum):
     PAUSED = "paused"
     UNKNOWN = "unknown"
     MOVED = "moved"  # the campaign's policy version changed: reload it (CampaignMoved)
+    ARCHIVED = "archived"  # no decisions any more; feedback only until its ``feedback_until``
 
 
 @dataclass
@@ -210,14 +212,35 @@ class StateStore(AuditQueue, Protocol):
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None: ...
 
-    async def list_campaigns(self) -> list[str]: ...
+    async def list_campaigns(self) -> list[str]:
+        """The live campaigns (not archived)."""
+        ...
 
-    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None: ...
+    async def list_archived(self) -> list[str]:
+        """The archived campaigns, those whose state is purged too: their ids are never reused."""
+        ...
+
+    async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
+        """The campaign with its new status, None if unknown; an archived campaign is answered unchanged
+        (nothing recorded)."""
+        ...
+
+    async def archive(self, campaign: Campaign, record: Record) -> Campaign | None:
+        """Archive ``campaign`` (as ``Campaign.archived`` made it) atomically with its audit record, so that
+        decisions are refused from now on and feedback after its ``feedback_until``. None if unknown; a
+        campaign archived already is answered as it was archived (nothing recorded: a retry is harmless)."""
+        ...
+
+    async def purge_archived(self, now: int) -> list[str]:
+        """Remove the state of every archived campaign whose ``feedback_until`` is before ``now`` (µs) and whose
+        audit queue is drained (what it still owes the audit log stays); the ids purged. The campaign stays
+        listed as archived. Idempotent: any number of workers may sweep at once."""
+        ...
 
     async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
         """Store ``campaign`` (the next policy version, ``version`` one above the stored one) and reset its
         counters and histogram, atomically with its audit record; None if unknown, CampaignMoved if the
-        stored version is not the one before."""
+        stored version is not the one before; an archived campaign is answered unchanged."""
         ...
 
     async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:
@@ -234,8 +257,8 @@ class StateStore(AuditQueue, Protocol):
         ...
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
-        """Atomically: return the earlier decision of ``request_id``; else refuse (UNKNOWN, MOVED, PAUSED, in
-        that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record."""
+        """Atomically: return the earlier decision of ``request_id``; else refuse (UNKNOWN, MOVED, ARCHIVED,
+        PAUSED, in that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record."""
         ...
 
     async def record_decisions(

@@ -1,7 +1,8 @@
 """Every Redis key latebandit uses, built in one place.
 
 A campaign's keys share the hash tag ``{campaign}``, so they sit in one Redis Cluster slot and every Lua
-script over them stays legal on a cluster. Only the registry of campaign ids lives outside the tag.
+script over them stays legal on a cluster. Only the registries of campaign ids (every campaign with keys,
+and the archived ones) live outside the tag.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ class Keys:
     def registry(self) -> str:
         return f"{self.prefix}:campaigns"
 
+    def archived(self) -> str:
+        """Hash: archived campaign id → the archived campaign (JSON), kept after its state is purged, so that its
+        id is never reused and it is still listed and answered as archived."""
+        return f"{self.prefix}:archived"
+
     def _tagged(self, campaign: str, name: str) -> str:
         return f"{self.prefix}:{{{campaign}}}:{name}"
 
@@ -29,12 +35,22 @@ class Keys:
         retired = [self._tagged(campaign, name) for name in RETIRED]
         return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
+    def purged(self, campaign: str) -> list[str]:
+        """Every key of a campaign with a fixed name, what the purge of an archived campaign deletes (its
+        ``req:`` keys, one per request id, are found by ``requests``)."""
+        return [*self.state(campaign), self.audit(campaign), self.audit_lease(campaign)]
+
+    def requests(self, campaign: str) -> str:
+        """The pattern (SCAN MATCH) of a campaign's request-id keys (a campaign id holds no glob character)."""
+        return self._tagged(campaign, "req:*")
+
     def config(self, campaign: str) -> str:
         return self._tagged(campaign, "config")
 
     def counters(self, campaign: str) -> str:
         """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``w`` the write stamp
-        (campaign_lib.lua's ``stamp_counters``), and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        (campaign_lib.lua's ``stamp_counters``), once archived ``archived`` and ``until`` (its archive time and
+        ``feedback_until``, µs), and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:

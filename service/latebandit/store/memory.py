@@ -80,6 +80,7 @@ class MemoryStore:
         self._clock = clock
         self._keep_audit = keep_audit  # replays re-apply logged events and must not queue them again
         self._campaigns: dict[str, CampaignMemory] = {}
+        self._archived: dict[str, Campaign] = {}  # kept after their state is purged, as Redis's archived registry
         self._last_entry = (0, 0)
         self._reads = itertools.count(1)  # numbers the histogram builds, as the Redis store numbers its reads
 
@@ -89,7 +90,7 @@ class MemoryStore:
     # campaigns ------------------------------------------------------------------------------------
 
     async def create_campaign(self, campaign: Campaign, record: Record) -> bool:
-        if campaign.id in self._campaigns:
+        if campaign.id in self._campaigns or campaign.id in self._archived:
             return False
         arms = len(campaign.arms)
         memory = CampaignMemory(campaign, Counters.zeros(arms), np.zeros((arms, BUCKETS), dtype=np.int64))
@@ -99,15 +100,18 @@ class MemoryStore:
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None:
         memory = self._campaigns.get(campaign_id)
-        return memory.campaign if memory else None
+        return memory.campaign if memory else self._archived.get(campaign_id)
 
     async def list_campaigns(self) -> list[str]:
-        return sorted(self._campaigns)
+        return sorted(name for name, memory in self._campaigns.items() if memory.campaign.archived_at is None)
+
+    async def list_archived(self) -> list[str]:
+        return sorted(self._archived)
 
     async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
         memory = self._campaigns.get(campaign_id)
-        if memory is None:
-            return None
+        if memory is None or memory.campaign.archived_at is not None:
+            return await self.get_campaign(campaign_id)
         memory.campaign = memory.campaign.model_copy(update={"status": status})
         self._queue(memory, [record])
         return memory.campaign
@@ -118,11 +122,31 @@ class MemoryStore:
             return None
         if memory.campaign.version + 1 != campaign.version:
             raise CampaignMoved(campaign.id)
+        if memory.campaign.archived_at is not None:
+            return memory.campaign
         memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
         memory.counters = Counters.zeros(len(campaign.arms))
         memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
         self._queue(memory, [record])
         return memory.campaign
+
+    async def archive(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None or memory.campaign.archived_at is not None:
+            return await self.get_campaign(campaign.id)
+        assert campaign.archived_at is not None
+        memory.campaign = self._archived[campaign.id] = memory.campaign.archived(campaign.archived_at)
+        self._queue(memory, [record])
+        return memory.campaign
+
+    async def purge_archived(self, now: int) -> list[str]:
+        purged = [
+            name for name, memory in self._campaigns.items()
+            if (until := memory.campaign.feedback_until) is not None and until < now and not memory.audit
+        ]  # fmt: skip
+        for name in purged:
+            del self._campaigns[name]
+        return purged
 
     # state ----------------------------------------------------------------------------------------
 
@@ -191,6 +215,8 @@ class MemoryStore:
         memory = self._campaigns.get(campaign.id)
         if memory is None:  # lost since the caller read it: as the Redis script answers
             return DecisionResult(DecisionStatus.UNKNOWN)
+        if memory.campaign.archived_at is not None:
+            return DecisionResult(DecisionStatus.ARCHIVED)
         earlier = self._earlier(memory, request_id)
         if earlier is not None:
             return earlier
@@ -201,7 +227,7 @@ class MemoryStore:
     async def apply_conversions(
         self, campaign: Campaign, events: list[PreparedConversion]
     ) -> list[Outcome | Uncredited]:
-        memory = self._accepting_feedback(campaign)
+        memory = self._accepting_feedback(campaign, self._clock())
         outcomes: list[Outcome | Uncredited] = []
         recorded: list[Record] = []
         for event in events:
@@ -299,7 +325,7 @@ class MemoryStore:
     async def apply_anonymous(
         self, campaign: Campaign, events: list[AnonymousEvent], now: int
     ) -> list[Outcome | Uncredited]:
-        memory = self._accepting_feedback(campaign)
+        memory = self._accepting_feedback(campaign, now)
         book, bounds = memory.schedule, RewardBounds.of(campaign)
         outcomes: list[Outcome | Uncredited] = []
         recorded = []
@@ -313,10 +339,11 @@ class MemoryStore:
             self._queue(memory, recorded)
         return outcomes
 
-    def _accepting_feedback(self, campaign: Campaign) -> CampaignMemory:
-        """The campaign's memory, or CampaignRefused: unknown, at another policy version, or paused."""
+    def _accepting_feedback(self, campaign: Campaign, now: int) -> CampaignMemory:
+        """The campaign's memory, or CampaignRefused: unknown, at another policy version, archived and past
+        its feedback_until at ``now`` (µs), or paused."""
         memory = self._campaigns.get(campaign.id)
-        refusal = _refusal(memory, campaign)
+        refusal = _refusal(memory, campaign, now)
         if refusal is not None:
             raise CampaignRefused(refusal)
         assert memory is not None
@@ -357,6 +384,8 @@ class MemoryStore:
         """Adopt a campaign's state replayed elsewhere; expiry times move by ``clock_shift`` seconds (from
         the replay's virtual clock to this store's clock). Its audit entries are already in the log."""
         expiring = {key: (expires + clock_shift, value) for key, (expires, value) in memory.expiring.items()}
+        if memory.campaign.archived_at is not None:
+            self._archived[memory.campaign.id] = memory.campaign
         self._campaigns[memory.campaign.id] = CampaignMemory(
             memory.campaign, memory.counters, memory.delays, memory.cells, expiring, schedule=memory.schedule
         )
@@ -446,14 +475,17 @@ def _copy(counters: Counters) -> Counters:
     return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())
 
 
-def _refusal(memory: CampaignMemory | None, campaign: Campaign) -> DecisionStatus | None:
+def _refusal(memory: CampaignMemory | None, campaign: Campaign, now: int | None = None) -> DecisionStatus | None:
     """Why the campaign refuses a write from a caller holding ``campaign`` (its policy version), or None: in
-    the order of store/lua/campaign_lib.lua, which every script shares. A retried request_id is answered
-    before this check, in both stores."""
+    the order of store/lua/campaign_lib.lua, which every script shares (``now``: feedback received then, µs;
+    None: a decision). A retried request_id is answered before this check, in both stores."""
     if memory is None:
         return DecisionStatus.UNKNOWN
     if memory.campaign.version != campaign.version:
         return DecisionStatus.MOVED
+    until = memory.campaign.feedback_until
+    if until is not None:
+        return DecisionStatus.ARCHIVED if now is None or now > until else None
     if memory.campaign.status is CampaignStatus.PAUSED:
         return DecisionStatus.PAUSED
     return None

@@ -72,7 +72,8 @@ from latebandit.store.script_calls import ScriptConnections
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
-    *("create_campaign", "set_status", "change_policy", "record_decisions", "record_fallback"),
+    *("create_campaign", "set_status", "change_policy", "archive_campaign", "purge_campaign"),
+    *("record_decisions", "record_fallback"),
     *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
 )
 LIBRARY_MARK = "-- requires: "
@@ -191,7 +192,8 @@ def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
 # a feedback script's answer per event, decoded by lookup
 OUTCOMES: dict[bytes, Outcome | Uncredited] = {answer.value.encode(): answer for answer in (*Outcome, *Uncredited)}
 BATCH_REFUSALS = {  # a feedback script's whole answer when the campaign refuses the batch (campaign_lib.lua)
-    status.value.encode(): status for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED)
+    status.value.encode(): status
+    for status in (DecisionStatus.UNKNOWN, DecisionStatus.PAUSED, DecisionStatus.MOVED, DecisionStatus.ARCHIVED)
 }
 
 
@@ -290,27 +292,97 @@ class RedisStore:
         return bool(created)
 
     async def get_campaign(self, campaign_id: str) -> Campaign | None:
+        """The stored campaign; once an archived campaign's state is purged, its copy in the archived registry."""
         async with self._reachable("campaign"), self.client.pipeline(transaction=False) as pipe:
             pipe.get(self.keys.config(campaign_id))
-            pipe.hget(self.keys.counters(campaign_id), "paused")
-            config, paused = await pipe.execute()
+            pipe.hmget(self.keys.counters(campaign_id), "paused", "archived")
+            config, (paused, archived) = await pipe.execute()
         if config is None:
-            return None
+            return await self._archived_copy(campaign_id)
+        campaign = Campaign.model_validate_json(config)
+        if archived is not None:
+            return campaign.archived(int(archived))
         status = CampaignStatus.PAUSED if paused == b"1" else CampaignStatus.ACTIVE
-        return Campaign.model_validate_json(config).model_copy(update={"status": status})
+        return campaign.model_copy(update={"status": status})
 
-    async def list_campaigns(self) -> list[str]:
+    async def _archived_copy(self, campaign_id: str) -> Campaign | None:
+        async with self._reachable("campaign"):
+            stored = await self.client.hget(self.keys.archived(), campaign_id)
+        return None if stored is None else Campaign.model_validate_json(stored)
+
+    async def _registered(self) -> list[str]:
+        """Every campaign with keys: the live ones and the archived ones not purged yet."""
         async with self._reachable("campaign"):
             members = cast(set[bytes], await self.client.smembers(self.keys.registry()))  # no decode_responses
         return sorted(member.decode() for member in members)
 
+    async def _archived_among(self, campaigns: list[str]) -> dict[str, Campaign]:
+        """Those of ``campaigns`` the archived registry holds, as archived."""
+        if not campaigns:
+            return {}
+        async with self._reachable("campaign"):
+            stored = await self.client.hmget(self.keys.archived(), campaigns)
+        return {cid: Campaign.model_validate_json(raw) for cid, raw in zip(campaigns, stored, strict=True) if raw}
+
+    async def list_campaigns(self) -> list[str]:
+        registered = await self._registered()
+        archived = await self._archived_among(registered)
+        return [campaign for campaign in registered if campaign not in archived]
+
+    async def list_archived(self) -> list[str]:
+        async with self._reachable("campaign"):
+            names = cast(list[bytes], await self.client.hkeys(self.keys.archived()))
+        return sorted(name.decode() for name in names)
+
     async def set_status(self, campaign_id: str, status: CampaignStatus, record: Record) -> Campaign | None:
         campaign = await self.get_campaign(campaign_id)
-        if campaign is None:
-            return None
+        if campaign is None or campaign.archived_at is not None:
+            return campaign
         paused = int(status is CampaignStatus.PAUSED)
         changed = await self._run("set_status", self._campaign_keys(campaign_id), [paused, orjson.dumps(record)])
+        if changed == -1:  # archived since it was read
+            return await self.get_campaign(campaign_id)
         return campaign.model_copy(update={"status": status}) if changed else None
+
+    async def archive(self, campaign: Campaign, record: Record) -> Campaign | None:
+        """The script archives the state (atomically with the audit record); the archived registry, in another
+        slot, is written after it, again by a repeated archive, and by the purge before the state goes."""
+        assert campaign.archived_at is not None and campaign.feedback_until is not None
+        args: list[EncodableT] = [campaign.archived_at, campaign.feedback_until, orjson.dumps(record)]
+        done = await self._run("archive_campaign", self._campaign_keys(campaign.id), args)
+        archived = campaign if done == 1 else await self.get_campaign(campaign.id)
+        if archived is not None and archived.archived_at is not None:
+            await self._register_archived(archived)
+            self._cache.pop(campaign.id, None)
+        return archived
+
+    async def _register_archived(self, campaign: Campaign) -> None:
+        async with self._reachable("campaign"):
+            await self.client.hset(self.keys.archived(), campaign.id, campaign.model_dump_json())
+
+    async def purge_archived(self, now: int) -> list[str]:
+        """Per archived campaign due: the script deletes its keys with fixed names, if its audit queue is
+        drained; then its request-id keys go (found by SCAN: a sweep is rare, once per archived campaign), and
+        last its id leaves the registry, so that a sweep cut short anywhere is finished by the next one."""
+        purged = []
+        for campaign in (await self._archived_among(await self._registered())).values():
+            assert campaign.feedback_until is not None
+            if campaign.feedback_until >= now:
+                continue
+            await self._register_archived(campaign)  # before the state goes: an archive cut short is completed
+            cid = campaign.id
+            counters, audit = self.keys.counters(cid), self.keys.audit(cid)
+            rest = [key for key in self.keys.purged(cid) if key not in (counters, audit)]
+            if not await self._run("purge_campaign", [counters, audit, *rest], [now]):
+                continue
+            async with self._reachable("purge"):
+                requests = [key async for key in self.client.scan_iter(match=self.keys.requests(cid), count=1000)]
+                for start in range(0, len(requests), 1000):  # one slot: one DEL on a cluster too
+                    await self.client.delete(*requests[start : start + 1000])
+                await self.client.srem(self.keys.registry(), cid)
+            self._cache.pop(cid, None)
+            purged.append(cid)
+        return purged
 
     async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
         cid = campaign.id
@@ -320,6 +392,8 @@ class RedisStore:
         changed = await self._run("change_policy", keys, args)
         if changed == -1:
             raise CampaignMoved(campaign.id)
+        if changed == -2:  # archived
+            return await self.get_campaign(campaign.id)
         self._cache.pop(campaign.id, None)
         return await self.get_campaign(campaign.id) if changed else None
 
@@ -481,7 +555,7 @@ class RedisStore:
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])
-        args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version]
+        args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version, now]
         raw: list[bytes] = await self._run("apply_conversions", keys, args)
         _raise_refusal(raw)
         return [OUTCOMES[outcome] for outcome in raw]
@@ -561,7 +635,7 @@ class RedisStore:
     # audit queue ----------------------------------------------------------------------------------
 
     async def audit_campaigns(self) -> list[str]:
-        return await self.list_campaigns()
+        return await self._registered()
 
     async def read_audit(self, campaign: str, limit: int) -> list[QueueEntry]:
         async with self._reachable("audit"):
@@ -587,7 +661,7 @@ class RedisStore:
         return False
 
     async def audit_backlog(self) -> int:
-        campaigns = await self.list_campaigns()
+        campaigns = await self._registered()
         async with self._reachable("audit"), self.client.pipeline(transaction=False) as pipe:
             for campaign in campaigns:
                 pipe.xlen(self.keys.audit(campaign))
@@ -657,6 +731,8 @@ class RedisStore:
                     pipe.zadd(self.keys.dedup(cid), {suffix: now + seconds})
             await pipe.execute()
             await self.client.sadd(self.keys.registry(), cid)  # another slot: outside the transaction
+        if campaign.archived_at is not None:  # its state goes at the next sweep, if its feedback_until has passed
+            await self._register_archived(campaign)
         self._cache.pop(cid, None)
 
 
@@ -736,7 +812,10 @@ def _claim(answer: list[bytes | int], pull: Pull) -> Claim:
     return Claim(ClaimStatus.NEW, pull.arm, pull.propensity, pull.decision_id, int(version))
 
 
-CLAIM_REFUSALS = {2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED}
+CLAIM_REFUSALS = {
+    2: ClaimStatus.PAUSED, 3: ClaimStatus.UNKNOWN, 4: ClaimStatus.NEEDS_PLAN, 6: ClaimStatus.MOVED,
+    7: ClaimStatus.ARCHIVED,
+}  # fmt: skip
 
 
 def _decision_result(status: int, earlier: bytes, pull: Pull, counters: Counters | None) -> DecisionResult:
@@ -748,7 +827,7 @@ def _decision_result(status: int, earlier: bytes, pull: Pull, counters: Counters
     return DecisionResult(REFUSALS[status])
 
 
-REFUSALS = {2: DecisionStatus.PAUSED, 3: DecisionStatus.UNKNOWN, 4: DecisionStatus.MOVED}
+REFUSALS = {2: DecisionStatus.PAUSED, 3: DecisionStatus.UNKNOWN, 4: DecisionStatus.MOVED, 5: DecisionStatus.ARCHIVED}
 
 
 def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
@@ -784,6 +863,8 @@ def _write_counters(
     paused = int(campaign.status is CampaignStatus.PAUSED)
     # a new write stamp: no worker's cached counters pass for these (record_decisions.lua)
     mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp}
+    if campaign.archived_at is not None and campaign.feedback_until is not None:
+        mapping |= {"archived": campaign.archived_at, "until": campaign.feedback_until}
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
         mapping[f"m:{arm}"] = int(counters.matured[arm])

@@ -82,6 +82,7 @@ class ClaimStatus(StrEnum):
     NEEDS_PLAN = "needs_plan"  # a campaign with no plan yet (just created, or rebuilt)
     OTHER_ARM = "other_arm"  # the slot belongs to another arm or propensity than the caller expected: nothing done
     MOVED = "moved"  # the campaign is at another policy version than the caller's: it must reload it
+    ARCHIVED = "archived"
     UNREADABLE = "unreadable"  # (the scheduler's, never the store's) no plan could be made: nothing taken
 
 

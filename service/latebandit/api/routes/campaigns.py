@@ -1,5 +1,5 @@
-"""The campaigns: created, listed, read, paused and resumed, their policy changed, their state read now or
-as it was at a past moment."""
+"""The campaigns: created, listed, read, paused and resumed, their policy changed, archived, their state read
+now or as it was at a past moment."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from latebandit.engine.core import CampaignExists
 from latebandit.ids import Identifier
 from latebandit.logs import name_campaigns
 from latebandit.store.base import CampaignMoved
-from latebandit.timeutil import parse_time
+from latebandit.timeutil import format_time, parse_time
 
 admin_log = logging.getLogger("latebandit.admin")
 router = APIRouter()
@@ -40,8 +40,9 @@ async def create_campaign(spec: CampaignSpec, engine: Engine, request: Request) 
 
 
 @router.get("/campaigns")
-async def list_campaigns(engine: Engine, request: Request) -> Response:
-    campaigns = await engine.store.list_campaigns()
+async def list_campaigns(engine: Engine, request: Request, archived: Annotated[bool, Query()] = False) -> Response:
+    """The live campaigns' ids, or with ``?archived=true`` the archived ones'."""
+    campaigns = await (engine.store.list_archived() if archived else engine.store.list_campaigns())
     served = served_campaigns(request.scope)
     return JsonAnswer({"campaigns": campaigns if served is None else list(filter(served, campaigns))})
 
@@ -82,6 +83,17 @@ async def resume(campaign_id: Identifier, engine: Engine) -> Response:
     campaign = await engine.set_status(campaign_id, CampaignStatus.ACTIVE)
     admin_log.info("campaign resumed", extra={"campaign": campaign_id})
     return JsonAnswer(campaign.public())
+
+
+@router.delete("/campaigns/{campaign_id}")
+async def archive(campaign_id: Identifier, engine: Engine) -> Response:
+    """Archive the campaign; a repeated DELETE answers the first archive again (same ``archived_at``)."""
+    campaign = await engine.archive(campaign_id)
+    assert campaign.archived_at is not None and campaign.feedback_until is not None
+    admin_log.info("campaign archived", extra={"campaign": campaign_id})
+    body = {"campaign": campaign.id, "archived_at": format_time(campaign.archived_at),
+            "feedback_until": format_time(campaign.feedback_until)}  # fmt: skip
+    return JsonAnswer(body)
 
 
 @router.post("/campaigns/{campaign_id}/policy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from fastapi import APIRouter, Response
@@ -19,7 +20,11 @@ router = APIRouter()
 @router.get("/metrics")
 async def prometheus(engine: Engine) -> Response:
     await asyncio.to_thread(engine.publish_diagnostics)
-    payload, content_type = metrics.exposition()
+    archived: list[str] = []
+    if metrics.multiprocess_mode():  # other workers' series of a campaign archived anywhere are in the files
+        with contextlib.suppress(StoreUnavailable):  # then those this worker archived are still left out
+            archived = await engine.store.list_archived()
+    payload, content_type = metrics.exposition(archived)
     return Response(payload, media_type=content_type)
 
 

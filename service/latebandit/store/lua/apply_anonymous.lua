@@ -5,11 +5,12 @@
 -- ARGV: now µs, lateness µs, events (JSON array of [kind, start, end, value, event id or '', decision id or
 -- '', expires s, counts: false for a conversion of a fallback or an earlier policy version]), audit records (a JSON array, one per event), policy version, the largest reward of one
 -- decision and the most reward the schedule credits in all (store/schedule.py's RewardBounds).
--- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} for the whole batch.
+-- Returns one outcome per event, or {'paused'} / {'unknown'} / {'moved'} / {'archived'} (after its
+-- feedback_until) for the whole batch.
 local counters, sched, segments, starts, closed, audit, seen =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now, lateness = tonumber(ARGV[1]), tonumber(ARGV[2])
-local refusal = campaign_refusal(counters, ARGV[5])
+local refusal = campaign_refusal(counters, ARGV[5], now)
 if refusal then return {refusal} end
 local num = field_reader(sched)
 local now_s = math.floor(now / 1000000)

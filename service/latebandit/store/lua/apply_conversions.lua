@@ -4,11 +4,12 @@
 -- delays (hash arm:delay bucket -> count).
 -- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
 -- value, expires (s), delay bucket]), audit records (a JSON array, one per event), policy version the events
--- were classified against.
+-- were classified against, now µs.
 -- Returns one outcome per event ('value_out_of_range' for a value outside [0, 1]: nothing changed, nothing
--- recorded), or {'paused'} / {'unknown'} / {'moved'} (another policy version) for the batch.
+-- recorded), or {'paused'} / {'unknown'} / {'moved'} (another policy version) / {'archived'} (received after
+-- its feedback_until) for the batch.
 local counters, cells, audit, seen, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local refusal = campaign_refusal(counters, ARGV[4])
+local refusal = campaign_refusal(counters, ARGV[4], tonumber(ARGV[5]))
 if refusal then return {refusal} end
 
 local now_s = tonumber(ARGV[1])

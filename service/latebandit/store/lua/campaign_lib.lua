@@ -3,19 +3,25 @@
 -- order: a retried request_id is answered before any refusal (record_decisions, claim_slots), then these.
 
 -- Why the campaign refuses a write from a caller holding policy version ``version``, or nil: 'unknown' (no
--- state: never created, or lost), 'moved' (another policy version: the caller reloads it), 'paused'.
--- ``paused`` and ``stored`` are the counters' 'paused' and 'v' fields (false where absent), for a script
--- that reads them with others in one call.
-local function refusal_of(paused, stored, version)
+-- state: never created, lost, or purged after its archive), 'moved' (another policy version: the caller
+-- reloads it), 'archived', 'paused'. ``paused``, ``stored`` and ``last_feedback`` are the counters' 'paused',
+-- 'v' and 'until' fields (false where absent), for a script that reads them with others in one call. An
+-- archived campaign refuses every decision (``now`` nil) and feedback received after its feedback_until
+-- ``last_feedback`` (µs); before that it takes feedback even if it was paused when archived.
+local function refusal_of(paused, stored, version, last_feedback, now)
   if not paused then return 'unknown' end
   if (stored or '1') ~= version then return 'moved' end
+  if last_feedback then
+    if not now or now > tonumber(last_feedback) then return 'archived' end
+    return nil
+  end
   if paused == '1' then return 'paused' end
   return nil
 end
 
-local function campaign_refusal(counters, version)
-  local fields = redis.call('HMGET', counters, 'paused', 'v')
-  return refusal_of(fields[1], fields[2], version)
+local function campaign_refusal(counters, version, now)
+  local fields = redis.call('HMGET', counters, 'paused', 'v', 'until')
+  return refusal_of(fields[1], fields[2], version, fields[3], now)
 end
 
 -- Float sums in IEEE doubles (HINCRBYFLOAT adds in long double): bit for bit what the embedded store and a

@@ -9,7 +9,7 @@
 -- Returns one {status, arm or earlier decision, propensity, version} per decision; status 0 new, 1 repeated,
 -- 2 paused, 3 unknown, 4 needs a plan (none yet, or the plan has been played and the next may be made: no
 -- slot is taken), 5 other arm (the slot is another arm's: nothing taken), 6 moved (the campaign is at another
--- policy version: the caller reloads it). After a 4 or a 5 the decisions that follow get the same answer
+-- policy version: the caller reloads it), 7 archived. After a 4 or a 5 the decisions that follow get the same answer
 -- (nothing changed), except that a retried request_id always gets its earlier decision.
 local counters, sched, segments, starts, closed, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -27,7 +27,7 @@ local function set(...)
   for i = 1, #written, 2 do fields[written[i]] = written[i + 1] end
 end
 
-local refused = ({paused = 2, unknown = 3, moved = 6})[campaign_refusal(counters, ARGV[8])]
+local refused = ({paused = 2, unknown = 3, moved = 6, archived = 7})[campaign_refusal(counters, ARGV[8])]
 local refusal = refused and {refused, '', '', 0}
 if not refusal and not fields.table then refusal = {4, '', '', 0} end
 local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}

@@ -7,18 +7,18 @@
 -- propensity, audit record, has request key (0/1), moments e1..eJ.
 -- Returns {statuses, earlier decisions, counters}, one status and one earlier decision ('' unless repeated)
 -- per pull: 0 new, 1 repeated, 2 paused, 3 unknown, 4 moved (the campaign is at another policy version than
--- the caller's: it must reload its configuration). A request_id's earlier decision is returned before any
+-- the caller's: it must reload its configuration), 5 archived. A request_id's earlier decision is returned before any
 -- refusal, so a retried request is answered the same whatever happened to the campaign since. The counters
 -- are the decision count after the batch when the caller's were current (no decision and no other write
 -- since: it adds the batch's new pulls itself), else all of them as HGETALL; none ({}) on a refusal.
 local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
 local version, ttl, moments = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local width = 7 + moments
-local known = redis.call('HMGET', counters, 'd', 'w', 'paused', 'v')
+local known = redis.call('HMGET', counters, 'd', 'w', 'paused', 'v', 'until')
 local current = known[1] == ARGV[4] and (known[2] or '0') == ARGV[5]
 local decisions = tonumber(known[1])
 
-local refusal = ({paused = 2, unknown = 3, moved = 4})[refusal_of(known[3], known[4], version)] or 0
+local refusal = ({paused = 2, unknown = 3, moved = 4, archived = 5})[refusal_of(known[3], known[4], version, known[5])] or 0
 
 local statuses, earliers = {}, {}
 local request = 3
