@@ -238,7 +238,11 @@ async def test_concurrent_decisions_are_all_counted(store: StateStore) -> None:
 
 
 async def test_audit_lease(store: StateStore) -> None:
-    """One writer at a time drains a campaign's queue on Redis (several workers); memory has one process."""
+    """One writer at a time drains a campaign's queue on Redis (several workers), and no lease is taken on an
+    empty queue there; memory has one process."""
+    if isinstance(store, RedisStore):
+        assert not await store.claim_audit("c1", 5.0)
+        await store.client.xadd(store.keys.audit("c1"), {"r": b"{}"})
     assert await store.claim_audit("c1", 5.0)
     assert await store.claim_audit("c1", 5.0)  # the holder keeps it
     if isinstance(store, RedisStore):

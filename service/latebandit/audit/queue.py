@@ -40,7 +40,8 @@ class AuditQueue(Protocol):
 
     async def claim_audit(self, campaign: str, seconds: float) -> bool:
         """Whether this process should drain the campaign now: a lease that keeps the writers of several
-        workers from all draining the same queue. Only an optimisation: concurrent drains stay correct."""
+        workers from all draining the same queue. Only an optimisation: concurrent drains stay correct. A store
+        may answer no for an empty queue (nothing to drain)."""
         ...
 
     async def audit_backlog(self) -> int:

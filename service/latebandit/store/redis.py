@@ -72,7 +72,7 @@ from latebandit.store.script_calls import ScriptConnections
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
-    *("create_campaign", "set_status", "change_policy", "archive_campaign", "purge_campaign"),
+    *("create_campaign", "set_status", "change_policy", "archive_campaign", "purge_campaign", "claim_audit"),
     *("record_decisions", "record_fallback"),
     *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
 )
@@ -649,16 +649,10 @@ class RedisStore:
                 await self.client.xdel(self.keys.audit(campaign), *entry_ids)
 
     async def claim_audit(self, campaign: str, seconds: float) -> bool:
-        """Take the lease, or keep it if this process holds it; never released (it expires), since a
-        drain that outlives it is merely repeated."""
-        key, ttl = self.keys.audit_lease(campaign), round(seconds * 1000)
-        async with self._reachable("audit"):
-            if await self.client.set(key, self._owner, nx=True, px=ttl):
-                return True
-            if await self.client.get(key) == self._owner.encode():
-                await self.client.pexpire(key, ttl)
-                return True
-        return False
+        """Take the lease, or keep it if this process holds it (store/lua/claim_audit.lua); never released (it
+        expires), since a drain that outlives it is merely repeated."""
+        keys = [self.keys.audit_lease(campaign), self.keys.audit(campaign)]
+        return bool(await self._run("claim_audit", keys, [self._owner, round(seconds * 1000)]))
 
     async def audit_backlog(self) -> int:
         campaigns = await self._registered()
