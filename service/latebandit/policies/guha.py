@@ -76,7 +76,24 @@ class GuhaBayes(Policy):
     exact DP: by default the deepest that fits the size caps, at most the horizon; giving it asks for the
     exact DP); ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan
     wants it (docs/algorithms/guha.md), 1 to the one of highest posterior mean among them [ours, see
-    docs/reproductions.md]."""
+    docs/reproductions.md].
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> policy = make_policy("guha-bayes", {"horizon": 30, "delay": 2}, 3)  # δ = 2 decisions
+    >>> fresh = ArmStats(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3)), np.array([1]))
+    >>> policy.choose(fresh, np.random.default_rng(0)).arm.tolist()  # no plan yet: highest posterior mean
+    [0]
+    >>> planned = policy.prepare(fresh)  # solved from the prior (the service solves off the request path)
+    >>> planned.plan.order, planned.wants(fresh).tolist()
+    ((0, 1, 2), [[True, True, True]])
+    >>> waiting = ArmStats(np.array([[3, 0, 0]]), np.zeros((1, 3)), np.zeros((1, 3)), np.array([4]))  # N, S, Ñ, t
+    >>> planned.wants(waiting).tolist(), planned.choose(waiting, np.random.default_rng(0)).arm.tolist()
+    ([[False, True, True]], [1])
+
+    Arm 0's block of three is in flight, its outcomes not yet known: it waits, and the next arm in the plan's
+    order opens.
+    """
 
     name: ClassVar[str] = "guha-bayes"
     delay_corrected: ClassVar[bool] = True
