@@ -63,6 +63,12 @@ def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
     return hi
 
 
+def _values(stats: ArmStats) -> tuple[tuple[str, bytes], ...]:
+    """The statistics ``GuhaBayes.wants`` reads, as values (dtype, shape and bytes): equal keys, equal answers."""
+    parts = (stats.pulls, stats.conversions, stats.effective, stats.t)
+    return tuple((f"{part.dtype.str}{part.shape}", part.tobytes()) for part in map(np.asarray, parts))
+
+
 class GuhaBayes(Policy):
     """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``delay`` (δ in decisions: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
@@ -151,6 +157,7 @@ class GuhaBayes(Policy):
         self.plan = plan
         self.start = start
         self.base = base
+        self._last_wants: tuple[tuple[tuple[str, bytes], ...], np.ndarray] | None = None  # see ``wants``
 
     def steps(self) -> tuple[int, int]:
         """(horizon, delay) in plan steps: whole steps, the delay rounded up (its outcomes are all in by then)
@@ -200,11 +207,22 @@ class GuhaBayes(Policy):
         return np.asarray(stats.effective, dtype=np.float64)
 
     def wants(self, stats: ArmStats) -> np.ndarray:
-        """(R, K) whether each arm's plan asks for a play now (all False without a plan or past its end)."""
-        plan = self.plan
+        """(R, K) whether each arm's plan asks for a play now (all False without a plan or past its end),
+        read-only. The answer for the last statistics asked is kept: a decision asks ``replan_due`` and then
+        ``choose`` of the same statistics, and walking the plan's tables is most of its cost."""
+        if self.plan is None:
+            return np.zeros(np.shape(stats.pulls), dtype=bool)
+        key = _values(stats)
+        if self._last_wants is not None and self._last_wants[0] == key:
+            return self._last_wants[1]
+        wanted = self._walk_plan(self.plan, stats)
+        wanted.flags.writeable = False
+        self._last_wants = (key, wanted)
+        return wanted
+
+    def _walk_plan(self, plan: Plan, stats: ArmStats) -> np.ndarray:
+        """``wants``, computed: each arm's cap on plays in flight from its tables at its posterior and step."""
         runs, arms = np.shape(stats.pulls)
-        if plan is None:
-            return np.zeros((runs, arms), dtype=bool)
         successes, failures, in_flight = self.resolved(stats)
         if self.base is not None:
             successes = successes - self.base[0]
