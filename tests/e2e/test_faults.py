@@ -22,8 +22,9 @@ from latebandit.engine.feedback import MAX_EVENTS
 from latebandit.store.keys import Keys
 from tests.e2e.server import Server, cli, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN
-from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, until, wait_for_audit
+from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, wait_for_audit
 from tests.faults import children, redis_server, serving_process, tcp_proxy
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 
