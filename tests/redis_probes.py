@@ -1,6 +1,6 @@
 """Watching a Redis server from a test: kept busy by a script (Redis runs one script at a time, and nothing
 else meanwhile), for a call in flight or a hung Redis; and the connections it counts. Use a server the test
-owns (tests/faults.redis_server): a busy shared one would hold up every other test."""
+owns (redis_server of tests/faults.py): a busy shared one would hold up every other test."""
 
 from __future__ import annotations
 
