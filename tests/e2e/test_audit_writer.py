@@ -17,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.server import LATEBANDIT, free_port, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN, iso
+from tests.e2e.test_faults import gauge
 from tests.e2e.test_redis_postgres import wait_for_audit
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 
@@ -57,7 +59,9 @@ def test_external_writer_drains_exactly_once_across_a_kill(tmp_path, redis_url, 
     with running(env, tmp_path) as server, server.client() as http:
         assert http.post("/campaigns", json=CAMPAIGN).status_code == 201
         decisions = [http.post("/choose", json={"campaign": "summer-sale"}).json() for _ in range(300)]
-        time.sleep(1.0)  # more than an inline drain interval: nobody drains but the writer
+        # The worker's own watch of the queue (every second) finds all of it: a worker draining inline (every
+        # 0.2 s) would have taken some while the 300 decisions were made. Nobody drains but the writer.
+        until(lambda: gauge(http, "latebandit_audit_backlog") == 1 + 300, "the worker's backlog gauge seeing the queue")
         assert stream.xlen(audit_key) == 1 + 300  # the creation and every decision wait
         port = free_port()
         writer = start_writer(env, tmp_path, port)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
 
-from tests.e2e.server import cli, running, service_env
+from latebandit.timeutil import MICROS, wall_clock
+from latebandit.tokens import TokenSigner
+from tests.e2e.server import SECRET, cli, running, service_env
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 
@@ -134,7 +136,8 @@ def test_censoring_pause_and_request_id(tmp_path) -> None:
         assert http.post("/feedback", json={"events": [soon]}).json() == {
             "accepted": 1, "duplicates": 0, "censored": 0, "repeats": 0, "stale": 0, "rejected": []}  # fmt: skip
         slow = http.post("/choose", json={"campaign": "summer-sale"}).json()
-        time.sleep(1.2)
+        window_end = TokenSigner(SECRET).verify(slow["decision_id"]).decided_at + 1 * MICROS
+        until(lambda: wall_clock() > window_end, "the end of the decision's 1 s window")
         late = {"type": "conversion", "decision_id": slow["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
         state = http.get("/campaigns/summer-sale/state").json()

@@ -22,8 +22,9 @@ from latebandit.engine.feedback import MAX_EVENTS
 from latebandit.store.keys import Keys
 from tests.e2e.server import Server, cli, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN
-from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, until, wait_for_audit
+from tests.e2e.traffic import Fleet, Gate, Plan, assert_exact, more_traffic, now_iso, wait_for_audit
 from tests.faults import children, redis_server, serving_process, tcp_proxy
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 
@@ -48,6 +49,25 @@ def workers(server: Server) -> list[int]:
 def gauge(http: httpx.Client, name: str) -> float:
     match = re.search(rf"^{name} (\S+)$", http.get("/metrics").text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
+
+
+def outage_answers(http: httpx.Client) -> tuple[float, float]:
+    """Decisions answered with a fallback because the store was down or had lost the campaign, and /feedback
+    requests answered 503 for it, so far (every worker's, from /metrics): the clients' and the test's own."""
+    text = http.get("/metrics").text
+    fallbacks = sum(
+        float(value)
+        for value in re.findall(
+            r'^latebandit_decisions_total\{[^}]*outcome="fallback_store_down"[^}]*\} (\S+)$', text, re.MULTILINE
+        )
+    )
+    refused = re.search(r'^latebandit_store_errors_total\{operation="feedback"\} (\S+)$', text, re.MULTILINE)
+    return fallbacks, float(refused.group(1)) if refused else 0.0
+
+
+def beyond_own(now: tuple[float, ...], seen: tuple[float, ...], own: int) -> bool:
+    """Whether every count grew by more than the test's ``own`` requests since ``seen``: the clients' too."""
+    return all(count > before + own for count, before in zip(now, seen, strict=True))
 
 
 def kill_mid_batch(server: Server, http: httpx.Client, redis_url: str, prefix: str, postgres_url: str) -> int:
@@ -157,6 +177,7 @@ def test_redis_lost_during_traffic(tmp_path, postgres_url, persist) -> None:
             if not persist:
                 gate.close_and_wait(3)
                 wait_for_audit(redis_node.url, "lb", NAMES)
+            seen = outage_answers(http)
             redis_node.kill()
             gate.open.set()
             event = {"type": "conversion", "event_id": "probe", "decision_id": probe["decision_id"],
@@ -164,12 +185,13 @@ def test_redis_lost_during_traffic(tmp_path, postgres_url, persist) -> None:
             for _ in range(3):
                 assert http.post("/choose", json={"campaign": NAMES[0]}).json()["fallback"] is True
                 assert http.post("/feedback", json={"events": [event]}).status_code == 503
-            time.sleep(1.0)
+            until(lambda: beyond_own(outage_answers(http), seen, 3), "the clients meeting the outage")
             redis_node.start()
             if not persist:  # back, but empty: still flagged fallbacks and 503 until the rebuild
+                seen = outage_answers(http)
                 assert http.post("/choose", json={"campaign": NAMES[0]}).json()["fallback"] is True
                 assert http.post("/feedback", json={"events": [event]}).status_code == 503
-                time.sleep(1.0)
+                until(lambda: outage_answers(http)[1] > seen[1] + 1, "the clients' feedback meeting the empty Redis")
                 cli(env, tmp_path, "rebuild")
             until(lambda: http.post("/feedback", json={"events": [event]}).status_code == 200, "feedback accepted")
             more_traffic(http, NAMES)

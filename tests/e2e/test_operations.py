@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -19,10 +18,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from latebandit.logs import mask
+from latebandit.timeutil import MICROS, wall_clock
+from latebandit.tokens import TokenSigner
 from tests.deploy.promql import PROMETHEUS_OWN, alert_rules, dashboard_expressions, metric_names
 from tests.deploy.test_deploy_files import compose, dockerfile_command, interpolated
 from tests.e2e.server import LATEBANDIT, cli, free_port, public_address, service_env, started
 from tests.e2e.test_embedded import iso
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -104,7 +106,8 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         body = http.post("/feedback", json={"events": [*conversions, conversions[0], *bad]}).json()
         assert (body["accepted"], body["duplicates"]) == (5, 1)
         assert [item["reason"] for item in body["rejected"]] == ["bad_decision_id"]
-        time.sleep(3)  # past the 2 s window: a conversion occurring now is censored
+        window_end = TokenSigner(SECRET).verify(decisions[6]["decision_id"]).decided_at + CAMPAIGN["window"] * MICROS
+        until(lambda: wall_clock() > window_end, "the end of the decision's window")  # a conversion now is censored
         late = {"type": "conversion", "decision_id": decisions[6]["decision_id"], "occurred_at": iso(datetime.now(UTC))}
         assert http.post("/feedback", json={"events": [late]}).json()["censored"] == 1
 
@@ -122,18 +125,23 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         assert {d["policy"] for d in after} == {"delayed-ucb"}
         state = http.get("/campaigns/ops/state", headers=admin).json()
         assert (state["policy"], state["decisions"]) == ("delayed-ucb", 4)
-        time.sleep(1.5)  # a histogram read publishes the per-arm gauges; 1 s snapshot interval
-        http.post("/choose", json={"campaign": "ops"})
+        named = set().union(*(metric_names(rule["expr"]) for rule in alert_rules()),
+                            *(metric_names(expression) for expression in dashboard_expressions()))  # fmt: skip
+        probes: list[dict] = []  # decisions until one reads the histogram again (the snapshot interval is 1 s),
+
+        def every_named_metric_exported() -> bool:  # which publishes the per-arm gauges (the pending age)
+            probes.append(http.post("/choose", json={"campaign": "ops"}).json())
+            return named - PROMETHEUS_OWN <= scrape(http).keys()
+
+        until(every_named_metric_exported, "every metric the alerts and the dashboard name in /metrics")
 
         samples = scrape(http)  # over loopback: no key needed
         from_elsewhere = f"http://{public_address()}:{port}/metrics"  # as compose's Prometheus scrapes it
         assert httpx.get(from_elsewhere).status_code == 401
         assert httpx.get(from_elsewhere, headers={"Authorization": f"Bearer {METRICS_KEY}"}).status_code == 200
-        named = set().union(*(metric_names(rule["expr"]) for rule in alert_rules()),
-                            *(metric_names(expression) for expression in dashboard_expressions()))  # fmt: skip
         assert named - PROMETHEUS_OWN - samples.keys() == set()
         decided = total(samples, "latebandit_decisions_total", campaign="ops")
-        assert decided == 30 + 1 + 4 + 1
+        assert decided == 30 + 1 + 4 + len(probes)
         assert total(samples, "latebandit_decisions_total", campaign="ops", outcome="fallback_paused") == 1
         outcomes = {outcome: total(samples, "latebandit_feedback_events_total", campaign="ops", outcome=outcome)
                     for outcome in ("counted", "duplicate", "censored")}  # fmt: skip
@@ -149,7 +157,7 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         ratios = {labels["le"]: value for labels, value in samples["latebandit_delay_assumed_ratio"]}
         assert ratios["60.0"] == 1.0  # every in-window delay (m = 2 s) lies under 60 s
         assert {labels["arm"] for labels, _ in samples["latebandit_arm_effective_pulls"]} == set(CAMPAIGN["arms"])
-        decision_ids = [d["decision_id"] for d in decisions + after]
+        decision_ids = [d["decision_id"] for d in decisions + after + probes]
 
     exported = cli(env, tmp_path, "export", "--campaign", "ops").stdout.splitlines()
     campaign_lines = [line for line in map(orjson.loads, exported) if line["type"] == "campaign"]

@@ -30,8 +30,9 @@ from tests.e2e.server import Server, cli, free_port, running, service_env
 from tests.e2e.test_embedded import CAMPAIGN, iso
 from tests.e2e.test_faults import NAMES, create_campaigns, workers
 from tests.e2e.test_planning import ODAAF
-from tests.e2e.traffic import Fleet, Gate, Plan, now_iso, until
+from tests.e2e.traffic import Fleet, Gate, Plan, now_iso
 from tests.faults import tcp_proxy
+from tests.waiting import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 

@@ -14,7 +14,6 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +23,7 @@ import psycopg
 import redis
 
 from latebandit.store.keys import Keys
+from tests.waiting import until
 
 RETRY_FOR = 120.0  # seconds a client keeps retrying one request before giving up (a failed test)
 
@@ -220,14 +220,6 @@ class Fleet:
         for process in self.processes:
             process.join(timeout=30)
         return total
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.1)
 
 
 def decisions(http: httpx.Client, campaigns: list[str]) -> int | None:

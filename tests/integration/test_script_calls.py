@@ -18,9 +18,9 @@ from latebandit.campaign import Campaign
 from latebandit.store.redis import RedisStore
 from latebandit.store.script_calls import ScriptConnections
 from tests.faults import redis_server
+from tests.redis_probes import SLOW, answer_busy, connected_clients, running_a_script, turns_for, until_clients
+from tests.waiting import until_async
 
-# Busy for ARGV[1] loop turns, then answers ARGV[2]: Redis runs one script at a time, so this holds the server.
-SLOW = "local n = 0 for i = 1, tonumber(ARGV[1]) do n = n + 1 end return ARGV[2]"
 ANSWER = "return ARGV[1]"
 
 
@@ -30,17 +30,6 @@ async def client(tmp_path) -> AsyncIterator[aioredis.Redis]:
         client = aioredis.Redis.from_url(node.url)
         yield client
         await client.aclose()
-
-
-async def turns_for(client: aioredis.Redis, seconds: float) -> int:
-    """Loop turns that keep this server's Lua busy about ``seconds`` (machines differ tenfold)."""
-    turns, slow = 100_000, client.register_script(SLOW)
-    while True:
-        started = time.perf_counter()
-        await slow(args=[turns, "calibrating"])
-        if time.perf_counter() - started >= seconds / 4:
-            return int(turns * seconds / (time.perf_counter() - started))
-        turns *= 4
 
 
 async def test_redis_receives_the_arguments_redis_py_would_send(client) -> None:
@@ -70,11 +59,13 @@ async def test_a_cancelled_call_never_hands_its_reply_to_the_next(client) -> Non
     calls = ScriptConnections(client, limit=1, timeout=30.0)  # one connection: the next call gets the same one
     slow, answer = client.register_script(SLOW), client.register_script(ANSWER)
     turns = await turns_for(client, 0.5)
+    await answer_busy(client)
     first = asyncio.create_task(calls.run(slow, [], [turns, "first"]))
-    await asyncio.sleep(0.1)  # sent, and Redis is busy with it
+    await until_async(lambda: running_a_script(client), "Redis running the first call's script")
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
+    await until_async(lambda: is_idle(client), "the script's end")  # its reply is sent, and must reach no one
     assert await calls.run(answer, [], ["second"]) == b"second"
     await calls.disconnect()
 
@@ -83,11 +74,11 @@ async def test_a_call_past_its_timeout_fails_and_the_next_gets_its_own_reply(cli
     calls = ScriptConnections(client, limit=1, timeout=0.1)
     slow, answer = client.register_script(SLOW), client.register_script(ANSWER)
     turns = await turns_for(client, 0.5)
-    started = time.perf_counter()
+    await answer_busy(client)
     with pytest.raises(TimeoutError):
         await calls.run(slow, [], [turns, "late"])
-    assert time.perf_counter() - started < 0.4  # bounded by the timeout, not by the script
-    await client.ping()  # answered once the slow script has finished: its reply went to the closed connection
+    assert await running_a_script(client)  # failed by its timeout, not at the script's end
+    await until_async(lambda: is_idle(client), "the script's end")  # its reply went to the closed connection
     assert await calls.run(answer, [], ["own"]) == b"own"
     await calls.disconnect()
 
@@ -106,21 +97,16 @@ async def test_a_burst_shares_at_most_limit_connections(client) -> None:
     calls = ScriptConnections(client, limit=2, timeout=30.0)
     slow = client.register_script(SLOW)
     turns = await turns_for(client, 0.05)
-    before = (await client.info("clients"))["connected_clients"]
+    before = await connected_clients(client)
     replies = await asyncio.gather(*(calls.run(slow, [], [turns, str(n)]) for n in range(8)))
     assert replies == [str(n).encode() for n in range(8)]
-    assert (await client.info("clients"))["connected_clients"] - before == 2
+    assert await connected_clients(client) - before == 2
     await calls.close()
-    assert await clients_settle(client, before)
+    await until_clients(client, before)
 
 
-async def clients_settle(client: aioredis.Redis, expected: int) -> bool:
-    """Whether the server counts ``expected`` clients within a second (it learns of a close asynchronously)."""
-    for _ in range(100):
-        if (await client.info("clients"))["connected_clients"] == expected:
-            return True
-        await asyncio.sleep(0.01)
-    return False
+async def is_idle(client: aioredis.Redis) -> bool:
+    return not await running_a_script(client)
 
 
 async def test_the_wait_for_a_connection_counts_in_the_timeout(client) -> None:
@@ -135,7 +121,7 @@ async def test_the_wait_for_a_connection_counts_in_the_timeout(client) -> None:
         with pytest.raises(TimeoutError):
             await call
     assert time.perf_counter() - started < 0.5
-    await asyncio.sleep(1.0)  # Redis done with the first script
+    await client.ping()  # answered once Redis is done with the first script
     await calls.close()
 
 
@@ -151,26 +137,27 @@ async def test_dropping_the_idle_connections_never_hands_a_call_a_closing_one(cl
 
 
 async def test_closing_closes_a_connection_in_use_once_its_call_ends(client) -> None:
-    before = (await client.info("clients"))["connected_clients"]
+    before = await connected_clients(client)
     calls = ScriptConnections(client, limit=2, timeout=5.0)
     slow = client.register_script(SLOW)
     turns = await turns_for(client, 0.2)
+    await answer_busy(client)
     call = asyncio.create_task(calls.run(slow, [], [turns, "in flight"]))
-    await asyncio.sleep(0.05)
+    await until_async(lambda: running_a_script(client), "Redis running the call's script")
     await calls.close()
     assert await call == b"in flight"
-    assert await clients_settle(client, before)
+    await until_clients(client, before)
 
 
 async def test_a_closed_store_leaves_no_connection_open(tmp_path) -> None:
     """Its pool's connections (reads) and its script connections alike."""
     with redis_server(tmp_path / "redis") as node:
         probe = aioredis.Redis.from_url(node.url)
-        before = (await probe.info("clients"))["connected_clients"]
+        before = await connected_clients(probe)
         store = RedisStore(node.url, "lb")
         campaign = Campaign(id="c", arms=["a", "b"], policy={"name": "ucb1", "params": {}}, created_at=0)
         assert await store.create_campaign(campaign, {"type": "campaign", "campaign": "c", "action": "create"})
         assert await store.get_campaign("c") is not None
         await store.close()
-        assert await clients_settle(probe, before)
+        await until_clients(probe, before)
         await probe.aclose()

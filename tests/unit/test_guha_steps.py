@@ -103,3 +103,20 @@ def test_a_plan_whose_arms_all_quit_is_solved_again_after_a_delay() -> None:
 
     assert not planned.wants(at(13)).any()
     assert not planned.replan_due(at(3)) and planned.replan_due(at(4))
+
+
+def test_a_decision_walks_the_plan_once_and_a_change_of_statistics_walks_it_again(monkeypatch) -> None:
+    """``replan_due`` and ``choose`` of the same statistics share one walk of the plan's tables (most of a
+    decision's cost); statistics that changed, even in the same arrays, are walked afresh."""
+    fresh = ArmStats(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3)), np.ones(1))
+    planned = make_policy("guha-bayes", {"horizon": 30, "delay": 2}, 3).prepare(fresh)
+    walks: list[int] = []
+    walk = planned._walk_plan
+    monkeypatch.setattr(planned, "_walk_plan", lambda plan, stats: walks.append(1) or walk(plan, stats))
+    stats = ArmStats(np.array([[3, 0, 0]]), np.zeros((1, 3)), np.zeros((1, 3)), np.array([4]))  # arm 0's block waits
+    assert not planned.replan_due(stats) and planned.choose(stats, np.random.default_rng(0)).arm.tolist() == [1]
+    assert len(walks) == 1
+    stats.pulls[0, 1] = 3  # arm 1's block goes out too, in the same array
+    assert planned.wants(stats).tolist() == [[False, False, True]] and len(walks) == 2
+    assert planned.choose(stats, np.random.default_rng(0)).arm.tolist() == [2]
+    assert not planned.wants(stats).flags.writeable  # shared by the calls: nobody may change it

@@ -23,6 +23,7 @@ from scipy.special import lambertw
 
 from latebandit.policies import indices
 from latebandit.policies.indices import d_poisson, exploration, kl_bernoulli, klucb_bernoulli, klucb_poisson
+from tests.conftest import missing
 
 RATE = st.floats(min_value=1e-6, max_value=5.0)
 SMALL_RATE = st.floats(min_value=1e-6, max_value=1.0 - 1e-6)
@@ -38,7 +39,7 @@ def kullback() -> ModuleType:
     package's own __init__ chain breaks on current scipy. Its import-time warnings are silenced."""
     spec = importlib.util.find_spec("SMPyBandits")
     if spec is None or spec.origin is None:
-        pytest.skip("smpybandits is not installed (pip install -e '.[test]')")
+        missing("smpybandits is not installed (pip install -e '.[test]')")
     policies_dir = os.path.join(os.path.dirname(spec.origin), "Policies")
     sys.path.insert(0, policies_dir)
     try:
@@ -46,7 +47,7 @@ def kullback() -> ModuleType:
             warnings.simplefilter("ignore")
             import kullback as module
     except Exception as error:  # any import failure of the third-party oracle means "cannot check"
-        pytest.skip(f"cannot import SMPyBandits' kullback module: {error!r}")
+        missing(f"cannot import SMPyBandits' kullback module: {error!r}")
     finally:
         sys.path.remove(policies_dir)
     return module

@@ -63,6 +63,12 @@ def delay_in_plays(model: DelayModel, quantile: float, rate: float) -> int:
     return hi
 
 
+def _values(stats: ArmStats) -> tuple[tuple[str, bytes], ...]:
+    """The statistics ``GuhaBayes.wants`` reads, as values (dtype, shape and bytes): equal keys, equal answers."""
+    parts = (stats.pulls, stats.conversions, stats.effective, stats.t)
+    return tuple((f"{part.dtype.str}{part.shape}", part.tobytes()) for part in map(np.asarray, parts))
+
+
 class GuhaBayes(Policy):
     """Params: ``prior_a``, ``prior_b`` (Beta prior of every arm, default 1, 1); ``delay`` (δ in decisions: the
     ``delay_quantile`` quantile of the delay model, default 0.95, times ``decisions_per_second`` in the
@@ -76,7 +82,24 @@ class GuhaBayes(Policy):
     exact DP: by default the deepest that fits the size caps, at most the horizon; giving it asks for the
     exact DP); ``priority``: 0 (default) gives each step to the first arm of the LP's R/N order whose plan
     wants it (docs/algorithms/guha.md), 1 to the one of highest posterior mean among them [ours, see
-    docs/reproductions.md]."""
+    docs/reproductions.md].
+
+    >>> import numpy as np
+    >>> from latebandit.policies import ArmStats, make_policy
+    >>> policy = make_policy("guha-bayes", {"horizon": 30, "delay": 2}, 3)  # δ = 2 decisions
+    >>> fresh = ArmStats(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3)), np.array([1]))
+    >>> policy.choose(fresh, np.random.default_rng(0)).arm.tolist()  # no plan yet: highest posterior mean
+    [0]
+    >>> planned = policy.prepare(fresh)  # solved from the prior (the service solves off the request path)
+    >>> planned.plan.order, planned.wants(fresh).tolist()
+    ((0, 1, 2), [[True, True, True]])
+    >>> waiting = ArmStats(np.array([[3, 0, 0]]), np.zeros((1, 3)), np.zeros((1, 3)), np.array([4]))  # N, S, Ñ, t
+    >>> planned.wants(waiting).tolist(), planned.choose(waiting, np.random.default_rng(0)).arm.tolist()
+    ([[False, True, True]], [1])
+
+    Arm 0's block of three is in flight, its outcomes not yet known: it waits, and the next arm in the plan's
+    order opens.
+    """
 
     name: ClassVar[str] = "guha-bayes"
     delay_corrected: ClassVar[bool] = True
@@ -134,6 +157,7 @@ class GuhaBayes(Policy):
         self.plan = plan
         self.start = start
         self.base = base
+        self._last_wants: tuple[tuple[tuple[str, bytes], ...], np.ndarray] | None = None  # see ``wants``
 
     def steps(self) -> tuple[int, int]:
         """(horizon, delay) in plan steps: whole steps, the delay rounded up (its outcomes are all in by then)
@@ -183,11 +207,22 @@ class GuhaBayes(Policy):
         return np.asarray(stats.effective, dtype=np.float64)
 
     def wants(self, stats: ArmStats) -> np.ndarray:
-        """(R, K) whether each arm's plan asks for a play now (all False without a plan or past its end)."""
-        plan = self.plan
+        """(R, K) whether each arm's plan asks for a play now (all False without a plan or past its end),
+        read-only. The answer for the last statistics asked is kept: a decision asks ``replan_due`` and then
+        ``choose`` of the same statistics, and walking the plan's tables is most of its cost."""
+        if self.plan is None:
+            return np.zeros(np.shape(stats.pulls), dtype=bool)
+        key = _values(stats)
+        if self._last_wants is not None and self._last_wants[0] == key:
+            return self._last_wants[1]
+        wanted = self._walk_plan(self.plan, stats)
+        wanted.flags.writeable = False
+        self._last_wants = (key, wanted)
+        return wanted
+
+    def _walk_plan(self, plan: Plan, stats: ArmStats) -> np.ndarray:
+        """``wants``, computed: each arm's cap on plays in flight from its tables at its posterior and step."""
         runs, arms = np.shape(stats.pulls)
-        if plan is None:
-            return np.zeros((runs, arms), dtype=bool)
         successes, failures, in_flight = self.resolved(stats)
         if self.base is not None:
             successes = successes - self.base[0]
