@@ -123,7 +123,11 @@ def answer_of(response: httpx.Response, attempts: int) -> Any:
 
 
 def decision_of(response: httpx.Response, request_id: str, attempts: int) -> Decision:
-    body = answer_of(response, attempts)
+    return decision_from(answer_of(response, attempts), request_id)
+
+
+def decision_from(body: dict[str, Any], request_id: str) -> Decision:
+    """The decision a /choose answer's JSON holds."""
     return Decision(body["decision_id"], body["campaign"], body["arm"], body["policy"], float(body["propensity"]),
                     bool(body["fallback"]), request_id)  # fmt: skip
 
@@ -135,14 +139,13 @@ def feedback_result(
     total = FeedbackResult()
     offset = 0
     for batch, (response, attempts) in zip(batches, answers, strict=True):
-        total += batch_result(response, batch, offset, attempts)
+        total += feedback_result_from(answer_of(response, attempts), batch, offset)
         offset += len(batch)
     return total
 
 
-def batch_result(response: httpx.Response, batch: Sequence[Event], offset: int, attempts: int) -> FeedbackResult:
-    """The answer to ``batch``, whose first event was at ``offset`` in the caller's list."""
-    body = answer_of(response, attempts)
+def feedback_result_from(body: dict[str, Any], batch: Sequence[Event], offset: int = 0) -> FeedbackResult:
+    """What a /feedback answer's JSON says of ``batch``, whose first event was at ``offset`` in the caller's list."""
     rejected = tuple(
         Rejection(offset + item["index"], item["reason"], item["detail"], batch[item["index"]])
         for item in body["rejected"]
