@@ -5,6 +5,8 @@ sends, how it reads answers, when it retries and when a background batch is due.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
@@ -181,3 +183,11 @@ def test_batching_is_checked() -> None:
     for wrong in ({"size": 0}, {"size": MAX_EVENTS + 1}, {"size": 10, "capacity": 5}, {"interval": 0.0}):
         with pytest.raises(ValueError):
             Batching(**wrong)  # type: ignore[arg-type]
+
+
+def test_the_client_imports_none_of_the_service() -> None:
+    """An ad server imports the client alone: httpx and orjson, not the service's web, store or numeric stack."""
+    heavy = ["fastapi", "numpy", "redis", "sqlalchemy", "scipy", "latebandit.engine", "latebandit.api"]
+    probe = f"import sys, latebandit.client; print([name for name in {heavy!r} if name in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
