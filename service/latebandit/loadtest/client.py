@@ -1,7 +1,9 @@
 """A small closed-loop HTTP/1.1 load generator (asyncio streams, keep-alive, pre-built requests).
 
-A general-purpose client (httpx) spends more CPU per request than a FastAPI endpoint does, so on a
-2-core machine it would measure itself; this one keeps the client far cheaper than the server.
+A general-purpose client (httpx, under latebandit.client) spends more CPU per request than a FastAPI
+endpoint does, so on a 2-core machine it would measure itself; this one keeps the client far cheaper than
+the server. So the load test sends with this transport and takes the rest from latebandit.client: the
+bodies, the events and their ids, the reading of answers and which failures are retried (traffic.py).
 
 Each connection runs one ``Session``: the session says what to send next and sees every answer, so a
 traffic mix can keep per-client state (decisions awaiting their conversions, retries of failed calls).

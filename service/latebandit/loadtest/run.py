@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 from rich.table import Table
 
+from latebandit.client import NO_RETRY, Client, ServiceError, Unreachable, aggregate
 from latebandit.loadtest.client import LoadResult, run_load
 from latebandit.loadtest.traffic import AdServer, Mix, Tally
 from latebandit.timeutil import format_time, wall_clock
@@ -56,17 +57,17 @@ def prepare_campaign(client: httpx.Client, campaign: str | None) -> str:
     return created
 
 
-def takes_aggregates(client: httpx.Client, campaign: str) -> tuple[bool, str]:
+def takes_aggregates(client: Client, campaign: str) -> tuple[bool, str]:
     """Probe with one empty aggregate: the service says whether the campaign's policy takes them (any other
     refusal, e.g. ``before_decision`` for a campaign with no decision yet, still means it does)."""
     now = format_time(wall_clock())
-    probe = {"type": "aggregate", "campaign": campaign, "start": now, "end": now, "value": 0.0}
-    answer = client.post("/feedback", json={"events": [probe]})
-    if answer.status_code != 200:
-        raise LoadTestError(f"/feedback answered {answer.status_code}: {answer.text[:200]}")
-    rejected = answer.json()["rejected"]
-    if rejected and rejected[0]["reason"] == "wrong_feedback_kind":
-        return False, rejected[0]["detail"]
+    try:
+        answer = client.feedback([aggregate(campaign, now, now, 0.0)])
+    except ServiceError as error:
+        raise LoadTestError(f"/feedback answered {error}") from error
+    rejected = answer.rejected
+    if rejected and rejected[0].reason == "wrong_feedback_kind":
+        return False, rejected[0].detail
     return True, ""
 
 
@@ -108,10 +109,11 @@ def run_loadtest(
     target = parse_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with httpx.Client(base_url=target.base, headers=headers, timeout=30.0) as client:
-            campaign = prepare_campaign(client, campaign)
+        with httpx.Client(base_url=target.base, headers=headers, timeout=30.0) as admin:
+            campaign = prepare_campaign(admin, campaign)
+        with Client(target.base, api_key=api_key, timeout=30.0, retry=NO_RETRY) as client:
             aggregates, why_not = takes_aggregates(client, campaign)
-    except httpx.HTTPError as error:
+    except (httpx.HTTPError, Unreachable) as error:
         raise LoadTestError(f"cannot reach {target.base}: {error}") from error
     mix = Mix(campaign, aggregates=aggregates, headers=headers)
     tally = Tally()

@@ -7,6 +7,9 @@ decisions it flushes what has occurred as one /feedback batch, adding duplicates
 acknowledged, and aggregates when the campaign's policy accepts them. A 503 or a lost connection is
 retried with the same body (the service must recognise it); a share of /choose calls is re-sent with
 the same ``request_id`` as a client retry after a timeout, and must get the same decision back.
+
+The bodies, the events, the reading of /feedback answers and what is retried are latebandit.client's
+(its pure protocol part); only the transport is the load generator's own (loadtest/client.py says why).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from typing import Any
 
 import orjson
 
+from latebandit.client.events import Event, aggregate, conversion
+from latebandit.client.protocol import FeedbackResult, choose_request, feedback_body, feedback_result_from
+from latebandit.client.retry import RETRYABLE_STATUSES
 from latebandit.loadtest.client import CONNECTION_LOST, post
 from latebandit.timeutil import MICROS, format_time, wall_clock
 
-RETRY_STATUSES = (503, CONNECTION_LOST)
+RETRY_STATUSES = (*RETRYABLE_STATUSES, CONNECTION_LOST)
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,8 @@ class Tally:
 class Batch:
     """A /feedback request's make-up, to tally once the service acknowledged it."""
 
-    fresh: list[dict[str, Any]]
+    events: list[Event]
+    fresh: list[Event]
     repeats: int
     aggregates: int
 
@@ -80,7 +87,7 @@ class AdServer:
         self.serial = 0
         self.conversions = itertools.count()
         self.due: list[tuple[int, str]] = []  # (occurred_at µs, decision_id) of conversions to come
-        self.acknowledged: deque[dict[str, Any]] = deque(maxlen=1000)  # events the service answered 200 for
+        self.acknowledged: deque[Event] = deque(maxlen=1000)  # events the service answered 200 for
         self.aggregate_from = wall_clock()
         # The request awaiting its answer, kept until answered: (kind, raw request, context). The context
         # of a /choose is the decision id it must return (a deliberate retry) or None; of a /feedback, its Batch.
@@ -96,7 +103,7 @@ class AdServer:
         self.serial += 1
         if self.serial % self.mix.feedback_every == 0 and (self.mix.aggregates or self._ready()):
             return self._feedback()
-        body = orjson.dumps({"campaign": self.mix.campaign, "request_id": f"{self.name}-{self.serial}"})
+        _, body = choose_request(self.mix.campaign, f"{self.name}-{self.serial}")
         self.last = ("choose", post("/choose", body, self.mix.headers), None)
         return "choose", self.last[1]
 
@@ -107,8 +114,7 @@ class AdServer:
     def _feedback(self) -> tuple[str, bytes]:
         now = wall_clock()
         fresh = [
-            {"type": "conversion", "event_id": f"{self.name}-c{next(self.conversions)}", "decision_id": decision_id,
-             "occurred_at": format_time(occurred)}
+            conversion(decision_id, at=format_time(occurred), event_id=f"{self.name}-c{next(self.conversions)}")
             for occurred, decision_id in self.due if occurred <= now
         ]  # fmt: skip
         self.due = [item for item in self.due if item[0] > now]
@@ -116,12 +122,12 @@ class AdServer:
         repeats = self.random.sample(list(self.acknowledged), min(len(self.acknowledged), wanted))
         aggregates = []
         if self.mix.aggregates:
-            aggregates.append({"type": "aggregate", "event_id": f"{self.name}-a{self.serial}",
-                               "campaign": self.mix.campaign, "start": format_time(self.aggregate_from),
-                               "end": format_time(now), "value": float(len(fresh))})  # fmt: skip
+            aggregates.append(aggregate(self.mix.campaign, format_time(self.aggregate_from), format_time(now),
+                                        float(len(fresh)), event_id=f"{self.name}-a{self.serial}"))  # fmt: skip
             self.aggregate_from = now
-        body = orjson.dumps({"events": fresh + repeats + aggregates})
-        self.last = ("feedback", post("/feedback", body, self.mix.headers), Batch(fresh, len(repeats), len(aggregates)))
+        events = fresh + repeats + aggregates
+        batch = Batch(events, fresh, len(repeats), len(aggregates))
+        self.last = ("feedback", post("/feedback", feedback_body(events), self.mix.headers), batch)
         return "feedback", self.last[1]
 
     # answers ----------------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ class AdServer:
         if kind == "choose":
             self._chosen(orjson.loads(body)["decision_id"], request, context)
         else:
-            self._acknowledged(orjson.loads(body), request, context)
+            self._acknowledged(feedback_result_from(orjson.loads(body), context.events), request, context)
 
     def _chosen(self, decision_id: str, request: bytes, expected: str | None) -> None:
         if expected is not None:
@@ -155,22 +161,21 @@ class AdServer:
             self.last = ("choose", request, decision_id)
             self.resend = True
 
-    def _acknowledged(self, answer: dict[str, Any], request: bytes, batch: Batch) -> None:
+    def _acknowledged(self, answer: FeedbackResult, request: bytes, batch: Batch) -> None:
         """Tally the answer; now and then re-send the whole batch, whose events must all come back as
         duplicates (the retried batch is tallied as repeats only)."""
         tally = self.tally
         tally.conversions_sent += len(batch.fresh)
         tally.duplicates_sent += batch.repeats
         tally.aggregates_sent += batch.aggregates
-        tally.accepted += answer["accepted"]
-        tally.duplicates += answer["duplicates"]
-        tally.censored += answer["censored"]
-        tally.rejected += len(answer["rejected"])
-        for rejection in answer["rejected"]:
-            reason = rejection["reason"]
-            tally.rejection_reasons[reason] = tally.rejection_reasons.get(reason, 0) + 1
+        tally.accepted += answer.accepted
+        tally.duplicates += answer.duplicates
+        tally.censored += answer.censored
+        tally.rejected += len(answer.rejected)
+        for rejection in answer.rejected:
+            tally.rejection_reasons[rejection.reason] = tally.rejection_reasons.get(rejection.reason, 0) + 1
         self.acknowledged.extend(batch.fresh)
         if self.random.random() < self.mix.feedback_retry_share:
             tally.feedback_retries += 1
-            self.last = ("feedback", request, Batch([], len(batch.fresh) + batch.repeats + batch.aggregates, 0))
+            self.last = ("feedback", request, Batch(batch.events, [], len(batch.events), 0))
             self.resend = True
