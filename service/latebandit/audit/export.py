@@ -11,6 +11,8 @@ Line shapes:
   "version", "consumed"}``, the plan and how many closed segments it learnt from;
 - a policy change (the campaign's next version): ``{"type": "campaign", "id", "version", "policy", "delay",
   "at"}``, no ``arms`` either;
+- arms added or retired: ``{"type": "arms", "campaign", "at", "added", "retired"}``, plus ``"restart": true``
+  when the change started the next policy version (stored as a campaign event, action ``arms``);
 - decisions: the keys of a decision line plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
   sent one, ``request_id`` (replay needs the version and fallback to classify later conversions);
 - feedback: the /feedback event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
@@ -51,6 +53,10 @@ def campaign_line(record: Record) -> dict[str, Any]:
     if record["action"] == "policy":
         return {"type": "campaign", "id": record["campaign"], "version": config["version"], "policy": config["policy"],
                 "delay": config["delay"], "at": format_time(record["at"])}  # fmt: skip
+    if record["action"] == "arms":
+        line = {"type": "arms", "campaign": record["campaign"], "at": format_time(record["at"]),
+                "added": config["added"], "retired": config["retired"]}  # fmt: skip
+        return line | ({"restart": True} if config.get("restart") else {})
     if record["action"] == "plan":
         return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **config}
     return {"type": "campaign", "id": record["campaign"], "status": STATUS_AFTER[record["action"]],

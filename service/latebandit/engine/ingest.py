@@ -247,6 +247,12 @@ def _paused(campaign: Campaign) -> Rejection:
     return Rejection(Reason.CAMPAIGN_PAUSED, f"campaign {campaign.id!r} is paused")
 
 
+def _names_new_arm(campaign: Campaign, events: Sequence[tuple[int, Item]]) -> bool:
+    """Whether a conversion names an arm past ``campaign``'s arms: one added since this copy was read."""
+    arms = len(campaign.arms)
+    return any(isinstance(event, Conversion) and event.arm >= arms for _, event in events)
+
+
 class BatchIngest:
     """A /feedback batch: each event validated on its own (one bad event never rejects its neighbours),
     each campaign looked up once, then each campaign's events applied through ``Ingest``."""
@@ -311,6 +317,8 @@ class BatchIngest:
         those left are applied again against the reloaded campaign."""
         for attempt in range(MAX_MOVES):
             campaign = await self.campaigns.campaign(campaign_id, fresh=attempt > 0)
+            if attempt == 0 and _names_new_arm(campaign, events):  # added on another worker since it was cached
+                campaign = await self.campaigns.campaign(campaign_id, fresh=True)
             events = await self.ingest.apply(campaign, events, now, result)
             if not events:
                 return

@@ -73,7 +73,7 @@ from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
     *("create_campaign", "set_status", "change_policy", "record_decisions", "record_fallback"),
-    *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
+    *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous", "change_arms"),
 )
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
@@ -114,6 +114,7 @@ class _Cached:
     read_at: int  # the store's clock (µs) at the histogram (and delay histogram) read
     read: int  # which read it is: this store numbers its reads, so that a new one is a new StateVersion
     policy: int  # the policy version it was read for: a policy change resets the state
+    arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
 
     def snapshot(self) -> StateSnapshot:
@@ -230,7 +231,7 @@ class RedisStore:
         )
         self._cache: dict[str, _Cached] = {}
         self._reads = itertools.count(1)  # numbers each read of a campaign's state (StateVersion.read)
-        self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
+        self._refreshing: dict[tuple[str, int, int], asyncio.Future[StateSnapshot]] = {}  # by campaign, versions
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
     async def close(self) -> None:
@@ -312,16 +313,29 @@ class RedisStore:
         changed = await self._run("set_status", self._campaign_keys(campaign_id), [paused, orjson.dumps(record)])
         return campaign.model_copy(update={"status": status}) if changed else None
 
-    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+    async def change_policy(
+        self, campaign: Campaign, record: Record, arms_before: int | None = None
+    ) -> Campaign | None:
         cid = campaign.id
         keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [name(cid) for name in self.keys.schedule_names()]
-        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
-        changed = await self._run("change_policy", keys, args)
-        if changed == -1:
+        before = campaign.arms_version if arms_before is None else arms_before
+        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record), before,
+                                  campaign.arms_version]  # fmt: skip
+        return await self._changed(campaign, await self._run("change_policy", keys, args))
+
+    async def change_arms(self, campaign: Campaign, record: Record) -> Campaign | None:
+        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, campaign.arms_version - 1,
+                                  campaign.arms_version, orjson.dumps(record)]  # fmt: skip
+        return await self._changed(campaign, await self._run("change_arms", self._campaign_keys(campaign.id), args))
+
+    async def _changed(self, campaign: Campaign, answer: int) -> Campaign | None:
+        """The stored campaign after a configuration change's script answered 1; None if it answered 0 (unknown
+        campaign), CampaignMoved for -1 (a concurrent change)."""
+        if answer == -1:
             raise CampaignMoved(campaign.id)
         self._cache.pop(campaign.id, None)
-        return await self.get_campaign(campaign.id) if changed else None
+        return await self.get_campaign(campaign.id) if answer else None
 
     # state ----------------------------------------------------------------------------------------
 
@@ -334,7 +348,7 @@ class RedisStore:
         if held is not None:
             return held
         cached = self._cached(campaign)
-        key = (campaign.id, campaign.version)
+        key = (campaign.id, campaign.version, campaign.arms_version)
         refresh = self._refreshing.get(key)
         if refresh is None:
             refresh = asyncio.ensure_future(self._read(campaign))
@@ -356,9 +370,10 @@ class RedisStore:
     def _cached(self, campaign: Campaign) -> _Cached | None:
         """The cached state, unless it was read under another policy version (whose state a change reset)."""
         cached = self._cache.get(campaign.id)
-        return cached if cached is not None and cached.policy == campaign.version else None
+        current = cached is not None and (cached.policy, cached.arms) == (campaign.version, campaign.arms_version)
+        return cached if current else None
 
-    def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
+    def _refreshed(self, key: tuple[str, int, int], done: asyncio.Future[StateSnapshot]) -> None:
         self._refreshing.pop(key, None)
         # retrieved: a failed refresh is retried by the next request, not logged as lost; one that found the state
         # unreadable also drops the cache, so that the next request waits for its own read and meets the error
@@ -374,6 +389,8 @@ class RedisStore:
             pipe.hgetall(self.keys.cells(campaign.id))
             pipe.hgetall(self.keys.delays(campaign.id))
             counters_raw, cells_raw, delays_raw = await pipe.execute()
+        if counters_raw and counters_raw.get(b"a", b"0") != b"%d" % campaign.arms_version:
+            raise CampaignMoved(campaign.id)  # the caller's arms are not the stored ones: it reloads the campaign
         components = len(campaign.exact_components)
         with _readable(campaign, "counters and histogram"):
             counters = parse_counters(counters_raw, len(campaign.arms))
@@ -381,7 +398,14 @@ class RedisStore:
             delays = parse_delays(delays_raw, len(campaign.arms))
             _finite(counters.conversions, histogram.moments)
         cached = _Cached(
-            counters, histogram, delays, self._clock(), next(self._reads), campaign.version, _stamp(counters_raw)
+            counters,
+            histogram,
+            delays,
+            self._clock(),
+            next(self._reads),
+            campaign.version,
+            campaign.arms_version,
+            _stamp(counters_raw),
         )
         self._cache[campaign.id] = cached
         return cached.snapshot()
@@ -401,6 +425,7 @@ class RedisStore:
         sent = held.snapshot() if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
+        args.append(campaign.arms_version)
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
@@ -783,7 +808,8 @@ def _write_counters(
 ) -> None:
     paused = int(campaign.status is CampaignStatus.PAUSED)
     # a new write stamp: no worker's cached counters pass for these (record_decisions.lua)
-    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp}
+    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp,
+                           "a": campaign.arms_version}  # fmt: skip
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
         mapping[f"m:{arm}"] = int(counters.matured[arm])
