@@ -94,9 +94,8 @@ class Scheduler:
         if view.version != after:
             return False
         state = view.plan.state if view.plan is not None else None
-        plan = _named_by_campaign(
-            campaign, policy.plan(state, *_seen_by_policy(campaign, view.closed, view.open), self.rng)
-        )
+        closed, played = _seen_by_policy(campaign, view.closed, view.open)
+        plan = _named_by_campaign(campaign, policy.plan(state, closed, played, self.rng))
         record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "plan",
                   "config": {"plan": plan.to_json(), "consumed": len(view.closed)}}  # fmt: skip
         committed = await self.store.commit_plan(campaign, view.version, plan, len(view.closed), record, now)
@@ -106,13 +105,19 @@ class Scheduler:
         return committed
 
 
-def _seen_by_policy(campaign: Campaign, *segments: Sequence[Observed]) -> list[Sequence[Observed]]:
-    """Played segments with their arms named as the policy knows them: it plays the active arms alone
-    (Campaign.active_arms). Arms are retired only with a restart, whose fresh schedule holds no other."""
+def _seen_by_policy(
+    campaign: Campaign, closed: Sequence[Observed], played: Sequence[Observed]
+) -> tuple[Sequence[Observed], Sequence[Observed]]:
+    """Closed and open segments with their arms named as the policy knows them: it plays the active arms
+    alone (Campaign.active_arms). Arms are retired only with a restart, whose fresh schedule holds no other."""
     if not campaign.retired:
-        return list(segments)
+        return closed, played
     position = {arm: j for j, arm in enumerate(campaign.active_arms)}
-    return [[replace(o, segment=replace(o.segment, arm=position[o.segment.arm])) for o in part] for part in segments]
+
+    def renamed(part: Sequence[Observed]) -> list[Observed]:
+        return [replace(item, segment=replace(item.segment, arm=position[item.segment.arm])) for item in part]
+
+    return renamed(closed), renamed(played)
 
 
 def _named_by_campaign(campaign: Campaign, plan: Plan) -> Plan:
@@ -149,8 +154,8 @@ def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView
         }
         for k, arm in enumerate(campaign.arms)
     }
-    for arm in campaign.retired:
-        arms[arm]["retired"] = True
+    for name in campaign.retired:
+        arms[name]["retired"] = True
     current = view.current
     state = {
         "status": campaign.status.value,
