@@ -14,18 +14,21 @@ the decision cost (arms × buckets) and the Redis layout; a stored campaign keep
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from latebandit.delays.facts import with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.delays.span import reach
 from latebandit.ids import Identifier
-from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
+from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, Setting, make_policy
 from latebandit.policies.floor import check_floor
+from latebandit.policies.guha import GuhaBayes
 from latebandit.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -175,13 +178,48 @@ class PolicyChange(BaseModel):
     delay: dict[str, Any] | None = None
 
 
+class ArmsRefused(ValueError):
+    """An arm change the campaign cannot take: ``code`` is the API's error code (409, or 404 for an arm it
+    does not have), ``detail`` says why."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+class ArmAdded(BaseModel):
+    """What ``POST /campaigns/{id}/arms`` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arm: Identifier
+
+
 class Campaign(CampaignSpec):
-    """A stored campaign: the spec plus what the service keeps about it."""
+    """A stored campaign: the spec plus what the service keeps about it.
+
+    Arms are only ever appended, so an arm keeps its index (decision ids, counters and histogram cells name
+    arms by index) for the campaign's life; a retired arm stays in ``arms``, listed in ``retired``. Its
+    policy plays the active arms alone (``active_arms``, ``on_active_arms``). ``arms_version`` counts the arm
+    changes: the store refuses a decision from a worker holding another (store/lua/record_decisions.lua),
+    as it refuses one from another policy ``version``, but unlike a policy change an arm change keeps the
+    statistics, so conversions of earlier decisions still count."""
 
     status: CampaignStatus = CampaignStatus.ACTIVE
     version: int = 1
     created_at: int = 0  # epoch microseconds
+    retired: list[Identifier] = Field(default_factory=list)
+    arms_version: int = 0
     archived_at: int | None = None  # epoch microseconds, once archived
+
+    @model_validator(mode="after")
+    def _arm_set(self) -> Campaign:
+        if not set(self.retired) <= set(self.arms) or len(set(self.retired)) != len(self.retired):
+            raise ValueError("retired must list distinct arms of the campaign")
+        if self.default_arm in self.retired:
+            raise ValueError(f"default_arm {self.default_arm!r} is retired")
+        return self
 
     @property
     def feedback_until(self) -> int | None:
@@ -202,7 +240,76 @@ class Campaign(CampaignSpec):
 
     @cached_property
     def policy_impl(self) -> Policy:
+        """The policy over the active arms (its arm j is ``arms[active_arms[j]]``)."""
+        active = [self.arms[k] for k in self.active_arms]
+        return build_policy(self.policy, active, self.delay_model, self.seconds_per_slot, self.decisions_per_second)
+
+    @cached_property
+    def policy_on_every_arm(self) -> Policy:
+        """The policy as if no arm were retired: what it makes of a retired arm's statistics (GET /state)."""
+        if not self.retired:
+            return self.policy_impl
         return build_policy(self.policy, self.arms, self.delay_model, self.seconds_per_slot, self.decisions_per_second)
+
+    @cached_property
+    def active_arms(self) -> tuple[int, ...]:
+        """The indices of the arms not retired, in order: the policy's arm j is the campaign's arm
+        ``active_arms[j]``."""
+        retired = set(self.retired)
+        return tuple(k for k, arm in enumerate(self.arms) if arm not in retired)
+
+    def on_active_arms(self, stats: ArmStats) -> ArmStats:
+        """The statistics of the arms the policy plays (``stats`` itself while no arm is retired): the one
+        place a retired arm is taken out of the policy's sight, so no policy can choose it and the policies'
+        propensities stay a distribution over the arms that can be chosen."""
+        if not self.retired:
+            return stats
+        columns = np.array(self.active_arms, dtype=np.int64)
+        return ArmStats(**{
+            name: value if value is None or name in ("t", "band") else value[:, columns]
+            for name, value in stats.__dict__.items()
+        })  # fmt: skip
+
+    @cached_property
+    def arms_need_restart(self) -> bool:
+        """Its policy plays a schedule over its arms, or solves plans over them (guha-bayes): it cannot take
+        an arm change within one policy version."""
+        return isinstance(self.policy_impl, SchedulePolicy | GuhaBayes)
+
+    def with_arms(self, added: Sequence[str], retired: Sequence[str], restart: bool) -> Campaign:
+        """The campaign after adding and retiring these arms (ArmsRefused if it cannot take them): the next
+        arms version, and with ``restart`` the next policy version too (a fresh state, as a policy change)."""
+        if self.arms_need_restart and not restart:
+            raise ArmsRefused(
+                "policy_cannot_change_arms",
+                f"policy {self.policy.name!r} plays a schedule over its arms; send ?restart=true to start a new "
+                "policy version (a fresh state, as a policy change) with the new arms",
+            )
+        for arm in added:
+            if arm in self.arms:
+                state = "retired" if arm in self.retired else "active"
+                raise ArmsRefused("arm_exists", f"arm {arm!r} exists ({state}); an arm id is never reused")
+        if len(self.arms) + len(added) > MAX_ARMS:
+            raise ArmsRefused("too_many_arms", f"a campaign has at most {MAX_ARMS} arms, retired ones included")
+        for arm in retired:
+            if arm not in self.arms:
+                raise ArmsRefused("unknown_arm", f"campaign {self.id!r} has no arm {arm!r}")
+            if arm in self.retired:
+                raise ArmsRefused("arm_retired", f"arm {arm!r} is retired already")
+            if arm == self.default_arm:
+                raise ArmsRefused("arm_required", f"arm {arm!r} is the default arm: it cannot be retired")
+        if len(self.active_arms) + len(added) - len(retired) < 1:
+            raise ArmsRefused("arm_required", "the campaign's last active arm cannot be retired")
+        body = self.model_dump() | {
+            "arms": [*self.arms, *added], "retired": [*self.retired, *retired],
+            "arms_version": self.arms_version + 1, "version": self.version + restart,
+        }  # fmt: skip
+        try:
+            changed = Campaign(**body)
+            check_floor(changed.policy_impl, changed.exploration_floor)
+        except ValueError as invalid:
+            raise ArmsRefused("invalid_arm_change", str(invalid)) from invalid
+        return changed
 
     @cached_property
     def plays_schedule(self) -> bool:
@@ -250,7 +357,10 @@ class Campaign(CampaignSpec):
         spec = CampaignSpec.model_validate(
             self.model_dump(include=set(CampaignSpec.model_fields)) | change.model_dump(exclude_none=True)
         )
-        return Campaign(**spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at)
+        return Campaign(
+            **spec.model_dump(), status=self.status, version=self.version + 1, created_at=self.created_at,
+            retired=self.retired, arms_version=self.arms_version,
+        )  # fmt: skip
 
     def public(self) -> dict[str, Any]:
         body = self.model_dump(mode="json", exclude={"created_at", "archived_at"})

@@ -12,6 +12,8 @@ Line shapes:
 - a policy change (the campaign's next version): ``{"type": "campaign", "id", "version", "policy", "delay",
   "at"}``, no ``arms`` either;
 - an archive: ``{"type": "archive", "campaign", "at"}``;
+- arms added or retired: ``{"type": "arms", "campaign", "at", "added", "retired"}``, plus ``"restart": true``
+  when the change started the next policy version (stored as a campaign event, action ``arms``);
 - decisions: the keys of a decision line plus ``seq``, ``policy``, ``version``, ``fallback`` and, when the client
   sent one, ``request_id`` (replay needs the version and fallback to classify later conversions);
 - feedback: the /feedback event plus ``campaign``, ``received_at``, ``outcome`` (and for conversions the
@@ -54,6 +56,10 @@ def campaign_line(record: Record) -> dict[str, Any]:
                 "delay": config["delay"], "at": format_time(record["at"])}  # fmt: skip
     if record["action"] == "archive":
         return {"type": "archive", "campaign": record["campaign"], "at": format_time(record["at"])}
+    if record["action"] == "arms":
+        line = {"type": "arms", "campaign": record["campaign"], "at": format_time(record["at"]),
+                "added": config["added"], "retired": config["retired"]}  # fmt: skip
+        return line | ({"restart": True} if config.get("restart") else {})
     if record["action"] == "plan":
         return {"type": "campaign", "id": record["campaign"], "at": format_time(record["at"]), **config}
     return {"type": "campaign", "id": record["campaign"], "status": STATUS_AFTER[record["action"]],

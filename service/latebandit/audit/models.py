@@ -41,7 +41,7 @@ TIME_KEYS = frozenset({"at", "decided_at", "occurred_at", "start", "end", "recei
 
 QUEUE_KEY = ("campaign", "entry_ms", "entry_seq", "position")
 
-CAMPAIGN_ACTIONS = ("create", "pause", "resume", "policy", "plan", "archive")
+CAMPAIGN_ACTIONS = ("create", "pause", "resume", "policy", "plan", "archive", "arms")
 
 DECISION_FIELDS = (
     "seq",

@@ -66,13 +66,14 @@ class NextChoice:
 
     @classmethod
     def standing(cls, campaign: Campaign, basis: StateVersion, law: np.ndarray, limit: int) -> NextChoice | None:
-        """From a policy's one-run ``standing`` row, with the campaign's exploration floor mixed in; None
-        when the row is nan (no standing law)."""
+        """From a policy's one-run ``standing`` row (over the active arms), with the campaign's exploration
+        floor mixed in; None when the row is nan (no standing law)."""
         if np.isnan(law).any():
             return None
         if campaign.exploration_floor > 0:
             law = mixed_probabilities(law[None, :], campaign.exploration_floor)[0]
-        propensity = {arm: p for arm, p in enumerate(law.tolist()) if p > 0}
+        arms = campaign.active_arms
+        propensity = {arms[arm]: p for arm, p in enumerate(law.tolist()) if p > 0}
         bounds = list(accumulate(propensity.values()))
         bounds[-1] = float("inf")  # rounding never leaves a uniform draw past the last arm
         return cls(basis, False, limit, list(propensity), bounds, propensity)
@@ -101,7 +102,11 @@ class NextChoice:
 
 
 class Chooser:
-    """A worker's choices for its campaigns: the policy's call, the next choices, Ñ per histogram read."""
+    """A worker's choices for its campaigns: the policy's call, the next choices, Ñ per histogram read.
+
+    The policy sees the statistics of the campaign's active arms alone (``Campaign.on_active_arms``) and
+    its choices are named back by the campaign's arm indices (``_policy_call``, ``NextChoice.standing``):
+    a retired arm is never chosen, and its propensity is 0 under every law kept or drawn here."""
 
     def __init__(self, store: StateStore, rng: np.random.Generator, snapshot_interval: float, limit: int) -> None:
         self.store = store
@@ -180,8 +185,11 @@ class Chooser:
         return renewed
 
     def _policy_call(self, campaign: Campaign, policy: Policy, stats: ArmStats, decisions: int) -> list[Choice]:
+        """The policy's choices from statistics of the active arms, named by the campaign's arm indices."""
         choice = with_floor(policy.choose_together(stats, decisions, self.rng), campaign.exploration_floor, self.rng)
-        return list(zip(choice.arm.tolist(), choice.propensity.tolist(), strict=True))
+        arms = campaign.active_arms
+        return [(arms[arm], propensity) for arm, propensity in zip(choice.arm.tolist(), choice.propensity.tolist(),
+                                                                  strict=True)]  # fmt: skip
 
     async def _stats(self, campaign: Campaign, state: StateSnapshot, now: int) -> ArmStats:
         """The statistics of ``state``, Ñ evaluated once per histogram read and reused while the store serves
@@ -196,7 +204,7 @@ class Chooser:
         if seen.matured_cells.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
-        return arm_stats(state, seen)
+        return campaign.on_active_arms(arm_stats(state, seen))
 
     def _cached_stats(self, campaign: Campaign, state: StateSnapshot) -> ArmStats | None:
         """The statistics of ``state`` if Ñ of its histogram read is computed already, else None (no I/O)."""
@@ -206,7 +214,7 @@ class Chooser:
         read, seen = cached
         if (read.policy, read.read) != (state.version.policy, state.version.read):
             return None
-        return arm_stats(state, seen)
+        return campaign.on_active_arms(arm_stats(state, seen))
 
     def unpublished(self, campaign_id: str) -> None:
         """Drop a read's diagnostics not yet published: a fresher description of the campaign supersedes it."""

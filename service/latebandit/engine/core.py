@@ -167,6 +167,28 @@ class DecisionEngine:
         self.campaigns.remember(changed)
         return changed
 
+    async def change_arms(
+        self, campaign_id: str, added: list[str], retired: list[str], restart: bool = False
+    ) -> Campaign:
+        """Add and retire arms (Campaign.with_arms: ArmsRefused if the campaign cannot take the change). Its
+        statistics stay, unless ``restart`` starts the next policy version with a fresh state, as a policy
+        change does (what a policy that plays a schedule over its arms needs). CampaignMoved if another change
+        won the race. Workers holding the earlier arm set learn of it when the store refuses their next
+        decision (MOVED) or a conversion names an arm they do not know (engine/ingest.py)."""
+        current = await self.campaigns.campaign(campaign_id, fresh=True)
+        campaign = current.with_arms(added, retired, restart)
+        record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(), "action": "arms",
+                          "config": {"added": added, "retired": retired, "restart": restart}}  # fmt: skip
+        if campaign.version != current.version:
+            changed = await self.store.change_policy(campaign, record, arms_before=current.arms_version)
+        else:
+            changed = await self.store.change_arms(campaign, record)
+        if changed is None:
+            raise UnknownCampaign(campaign_id)
+        await self._durable()
+        self.campaigns.remember(changed)
+        return changed
+
     # decisions ------------------------------------------------------------------------------------
 
     async def choose(self, campaign_id: str, request_id: str | None = None) -> Decision:
@@ -205,9 +227,11 @@ class DecisionEngine:
                             "fallback_store_down")  # fmt: skip
 
     async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
+        # one batch per configuration: the decisions of a batch are chosen among, and named by, one arm set
+        key = (campaign.id, campaign.version, campaign.arms_version)
         try:
             if campaign.plays_schedule:
-                claim = await self._claims.submit((campaign.id, campaign.version), (campaign, request_id))
+                claim = await self._claims.submit(key, (campaign, request_id))
                 if claim.status is ClaimStatus.UNREADABLE:
                     raise StateUnreadable(campaign.id, "its schedule, to plan")
                 if claim.status in UNSETTLED:
@@ -215,7 +239,7 @@ class DecisionEngine:
                 status = DecisionStatus(claim.status.value)
                 result = DecisionResult(status, claim.decision_id, claim.arm, claim.propensity)
             else:
-                result = await self._decisions.submit((campaign.id, campaign.version), (campaign, request_id))
+                result = await self._decisions.submit(key, (campaign, request_id))
         except StateUnreadable as unreadable:
             self._report_unreadable(unreadable, now)
             result, outcome = await self._fallback(campaign, now, request_id), "fallback_unreadable"
@@ -257,7 +281,7 @@ class DecisionEngine:
         )  # fmt: skip
 
     async def _decide_together(
-        self, key: tuple[str, int], requests: list[tuple[Campaign, str | None]]
+        self, key: tuple[str, int, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
         """The decisions of one group commit, taken at the batch's time from the same statistics (engine/choosing.py
         picks their arms, each its own draw) and recorded by one store call. For a lone decision the next
@@ -280,18 +304,20 @@ class DecisionEngine:
             loop.call_soon(self._answered, key, campaign)
         return results
 
-    def _predict(self, key: tuple[str, int], campaign: Campaign, predicted: StateSnapshot) -> None:
+    def _predict(self, key: tuple[str, int, int], campaign: Campaign, predicted: StateSnapshot) -> None:
         """Not where decisions of the campaign wait: they go as one batch, which a drawn choice does not serve."""
         if not self._decisions.waiting(key):
             self.chooser.predict(campaign, predicted)
 
-    def _answered(self, key: tuple[str, int], campaign: Campaign) -> None:
+    def _answered(self, key: tuple[str, int, int], campaign: Campaign) -> None:
         """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
         so what they would make ready could not serve the next request (which that decision prepares for)."""
         if not self._decisions.busy(key):
             self.chooser.answered(campaign)
 
-    async def _claim_together(self, _: tuple[str, int], requests: list[tuple[Campaign, str | None]]) -> list[Claim]:
+    async def _claim_together(
+        self, _: tuple[str, int, int], requests: list[tuple[Campaign, str | None]]
+    ) -> list[Claim]:
         """The slot claims of one group commit (a planning campaign), made at the batch's time."""
         request_ids = [request_id for _, request_id in requests]
         return await self.scheduler.claim_together(
@@ -335,7 +361,16 @@ class DecisionEngine:
     # state ----------------------------------------------------------------------------------------
 
     async def state(self, campaign_id: str, at: int | None = None) -> dict[str, Any]:
-        campaign = _changeable(campaign_id, await self.campaigns.campaign(campaign_id, fresh=True))
+        """The state object now (or at the future time ``at``); read again if the arms change meanwhile."""
+        for _ in range(MAX_MOVES):
+            try:
+                campaign = _changeable(campaign_id, await self.campaigns.campaign(campaign_id, fresh=True))
+                return await self._state(campaign, at)
+            except CampaignMoved:
+                continue
+        raise StoreUnavailable(f"campaign {campaign_id!r} changed {MAX_MOVES} times during one request")
+
+    async def _state(self, campaign: Campaign, at: int | None) -> dict[str, Any]:
         as_of = self.clock() if at is None else at
         if campaign.plays_schedule:
             snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)

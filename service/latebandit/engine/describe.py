@@ -43,7 +43,7 @@ def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict
             "status": campaign.status.value,
             "window": campaign.window,
             "bucket_width": campaign.bucket_width_us / MICROS,
-            **campaign.policy_impl.policy_state(arm_stats(state, seen)),
+            **campaign.policy_impl.policy_state(campaign.on_active_arms(arm_stats(state, seen))),
         },
     }
 
@@ -63,13 +63,16 @@ def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
-    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending."""
+    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending. A
+    retired arm keeps its statistics, read by the policy as if it were still played, has no index (it is
+    ranked no more) and shows ``"retired": true``."""
     counters = state.counters
     stats = arm_stats(state, seen)
-    policy = campaign.policy_impl
-    effective = policy.effective_pulls(stats)[0]
-    estimate = policy.estimate(stats)[0]
-    index = policy.index(stats)[0]
+    every = campaign.policy_on_every_arm
+    effective = every.effective_pulls(stats)[0]
+    estimate = every.estimate(stats)[0]
+    index = np.full(len(campaign.arms), np.nan)
+    index[list(campaign.active_arms)] = campaign.policy_impl.index(campaign.on_active_arms(stats))[0]
     arms: dict[str, Any] = {}
     for k, arm in enumerate(campaign.arms):
         defined = effective[k] > EPS_N
@@ -81,6 +84,8 @@ def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[s
             "index": _number(index[k]) if defined else None,
             "pending": int(seen.pending[k]),
         }
+    for arm in campaign.retired:
+        arms[arm]["retired"] = True
     return arms
 
 

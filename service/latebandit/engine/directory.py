@@ -1,8 +1,11 @@
 """Each worker's view of its campaigns: their configurations, cached, and the ids known to be unknown.
 
 Decisions and feedback read a campaign's configuration on every request, so it is cached per worker; the
-store's scripts check the status and the policy version themselves, and a stale copy is reloaded when they
-answer ``moved``. A campaign the store does not have may still be in the audit log: then the store lost it
+store's scripts check the status and the policy version themselves, and a decision's script the arms
+version too (an arm change keeps the policy version and the statistics: campaign.py's ``Campaign``), and
+a stale copy is reloaded when they answer ``moved``. A conversion naming an arm past the cached arms
+(added on another worker) reloads it before it is applied (engine/ingest.py). A campaign the store does
+not have may still be in the audit log: then the store lost it
 (answered as a store outage until ``latebandit rebuild``), and while the store cannot be reached decisions
 fall back to the audit log's copy.
 """

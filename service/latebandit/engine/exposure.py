@@ -103,7 +103,7 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     pending_age = np.divide(age_sum, pending, out=np.full(arms, np.nan), where=pending > 0)
     seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
     exposed = delay_exposure(campaign, hist, state.counters.matured, now)
-    envelope = campaign.policy_impl.envelope(campaign_stats(state, effective, exposed))
+    envelope = campaign.policy_impl.envelope(campaign.on_active_arms(campaign_stats(state, effective, exposed)))
     weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
     return Exposure(effective, pending.astype(np.int64), pending_age, matured, seen.astype(np.int64), exposed, weight)
 

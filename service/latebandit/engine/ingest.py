@@ -255,6 +255,12 @@ def _archived(campaign: Campaign) -> Rejection:
     )
 
 
+def _names_new_arm(campaign: Campaign, events: Sequence[tuple[int, Item]]) -> bool:
+    """Whether a conversion names an arm past ``campaign``'s arms: one added since this copy was read."""
+    arms = len(campaign.arms)
+    return any(isinstance(event, Conversion) and event.arm >= arms for _, event in events)
+
+
 class BatchIngest:
     """A /feedback batch: each event validated on its own (one bad event never rejects its neighbours),
     each campaign looked up once, then each campaign's events applied through ``Ingest``."""
@@ -321,6 +327,8 @@ class BatchIngest:
         for attempt in range(MAX_MOVES):
             try:
                 campaign = await self.campaigns.campaign(campaign_id, fresh=attempt > 0)
+                if attempt == 0 and _names_new_arm(campaign, events):  # added on another worker since it was cached
+                    campaign = await self.campaigns.campaign(campaign_id, fresh=True)
             except UnknownCampaign as unknown:  # known to this worker a moment ago, so the store lost it
                 raise lost_campaign(campaign_id) from unknown
             events = await self.ingest.apply(campaign, events, now, result)

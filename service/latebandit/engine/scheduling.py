@@ -11,14 +11,15 @@ the schedule's version: of several replicas exactly one plan wins (the others' c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from latebandit import metrics
 from latebandit.campaign import Campaign
-from latebandit.policies.schedule import SchedulePolicy
+from latebandit.policies.schedule import Observed, Plan, SchedulePolicy
 from latebandit.store.base import Counters, Pull, StateStore, StateUnreadable, StoreUnavailable
 from latebandit.store.schedule import Claim, ClaimStatus, ScheduleView
 from latebandit.timeutil import format_time
@@ -93,7 +94,8 @@ class Scheduler:
         if view.version != after:
             return False
         state = view.plan.state if view.plan is not None else None
-        plan = policy.plan(state, view.closed, view.open, self.rng)
+        closed, played = _seen_by_policy(campaign, view.closed, view.open)
+        plan = _named_by_campaign(campaign, policy.plan(state, closed, played, self.rng))
         record = {"type": "campaign", "campaign": campaign.id, "at": now, "action": "plan",
                   "config": {"plan": plan.to_json(), "consumed": len(view.closed)}}  # fmt: skip
         committed = await self.store.commit_plan(campaign, view.version, plan, len(view.closed), record, now)
@@ -101,6 +103,30 @@ class Scheduler:
             metrics.SCHEDULE_PLANS.labels(metrics.campaign_label(campaign.id)).inc()
             logger.info("campaign %s: plan %d committed", campaign.id, view.version + 1)
         return committed
+
+
+def _seen_by_policy(
+    campaign: Campaign, closed: Sequence[Observed], played: Sequence[Observed]
+) -> tuple[Sequence[Observed], Sequence[Observed]]:
+    """Closed and open segments with their arms named as the policy knows them: it plays the active arms
+    alone (Campaign.active_arms). Arms are retired only with a restart, whose fresh schedule holds no other."""
+    if not campaign.retired:
+        return closed, played
+    position = {arm: j for j, arm in enumerate(campaign.active_arms)}
+
+    def renamed(part: Sequence[Observed]) -> list[Observed]:
+        return [replace(item, segment=replace(item.segment, arm=position[item.segment.arm])) for item in part]
+
+    return renamed(closed), renamed(played)
+
+
+def _named_by_campaign(campaign: Campaign, plan: Plan) -> Plan:
+    """The policy's plan with its arms named by the campaign's arm indices, as the store keeps and claims them."""
+    if not campaign.retired:
+        return plan
+    arms = campaign.active_arms
+    segments = tuple(replace(segment, arm=arms[segment.arm]) for segment in plan.segments)
+    return replace(plan, segments=segments, hold=replace(plan.hold, arm=arms[plan.hold.arm]))
 
 
 def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView, as_of: int) -> dict[str, Any]:
@@ -128,6 +154,8 @@ def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView
         }
         for k, arm in enumerate(campaign.arms)
     }
+    for name in campaign.retired:
+        arms[name]["retired"] = True
     current = view.current
     state = {
         "status": campaign.status.value,

@@ -33,7 +33,7 @@ import orjson
 
 from latebandit.audit.export import record_to_line
 from latebandit.audit.records import Outcome, Record
-from latebandit.campaign import Campaign, CampaignStatus, PolicyChange
+from latebandit.campaign import ArmsRefused, Campaign, CampaignStatus, PolicyChange
 from latebandit.config import Settings
 from latebandit.engine.describe import describe_state
 from latebandit.engine.exposure import bucket_moments
@@ -144,6 +144,8 @@ class Replayer:
             await self._archive(line)
         elif kind in EVENT_TIME:
             await self._feedback(kind, line)
+        elif kind == "arms":
+            await self._arms(line)
         else:
             self.skipped[f"{kind}_event"] += 1
 
@@ -189,6 +191,28 @@ class Replayer:
         at = parse_time(line["at"])
         if self._advance(campaign.id, at):
             self.campaigns[campaign.id] = await self.store.archive(campaign.archived(at), {}) or campaign
+
+    async def _arms(self, line: dict[str, Any]) -> None:
+        """Arms added and retired, as the service changed them (Campaign.with_arms); a change the campaign
+        could not have taken is skipped (``arms_refused``)."""
+        identity = orjson.dumps(line, option=orjson.OPT_SORT_KEYS)
+        current = self.campaigns.get(line.get("campaign", ""))
+        if current is None or identity in self._campaign_lines:
+            self.skipped["arms_without_campaign" if current is None else "repeated_campaign_line"] += 1
+            return
+        self._campaign_lines.add(identity)
+        if not self._advance(current.id, parse_time(line["at"])):
+            return
+        try:
+            campaign = current.with_arms(line.get("added", []), line.get("retired", []), bool(line.get("restart")))
+        except ArmsRefused:
+            self.skipped["arms_refused"] += 1
+            return
+        if campaign.version != current.version:
+            changed = await self.store.change_policy(campaign, {}, arms_before=current.arms_version)
+        else:
+            changed = await self.store.change_arms(campaign, {})
+        self.campaigns[current.id] = changed or current
 
     async def _plan(self, campaign: Campaign, line: dict[str, Any]) -> None:
         plan, version = Plan.from_json(line["plan"]), int(line["version"])

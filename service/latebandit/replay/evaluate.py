@@ -122,7 +122,8 @@ def evaluate(
         "ips": ips(arrays, probabilities, clip),
         "doubly-robust": doubly_robust(arrays, probabilities, clip),
     }
-    chosen_estimator = estimator or ("replay" if is_uniform(arrays, len(campaign.arms)) else "doubly-robust")
+    uniform = not log.arm_changes and is_uniform(arrays, len(campaign.arms))
+    chosen_estimator = estimator or ("replay" if uniform else "doubly-robust")
     primary = estimates[chosen_estimator]
     if np.isnan(primary.value):
         raise NotEvaluable(

@@ -40,12 +40,22 @@ class LoggedDecision:
     reward: float | None  # value counted within the window; None while the window is open at the end
 
 
+@dataclass(frozen=True)
+class ArmChange:
+    """Arms added and retired at ``at`` (an ``arms`` line): the evaluated policy's arm set changes then too."""
+
+    at: int
+    added: tuple[str, ...]
+    retired: tuple[str, ...]
+
+
 @dataclass
 class CampaignLog:
-    campaign: Campaign
-    decisions: list[LoggedDecision]
+    campaign: Campaign  # as created: its arms then
+    decisions: list[LoggedDecision]  # arms indexed by every arm the campaign had by ``end`` (arms are appended)
     end: int  # µs: the evaluation horizon (``--at`` or the log's latest time)
     skipped: Counter[str] = field(default_factory=Counter)
+    arm_changes: list[ArmChange] = field(default_factory=list)  # in time order, up to ``end``
 
 
 def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> CampaignLog:
@@ -53,12 +63,16 @@ def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, 
     campaigns: dict[str, Campaign] = {}
     decisions: list[dict[str, Any]] = []
     conversions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    changes: dict[str, list[ArmChange]] = defaultdict(list)
     latest = 0
     for line in lines:
         kind = line.get("type")
         if kind == "campaign" and "arms" in line:
             campaign = campaign_from_line(line)
             campaigns.setdefault(campaign.id, campaign)
+        elif kind == "arms":
+            change = ArmChange(parse_time(line["at"]), tuple(line.get("added", ())), tuple(line.get("retired", ())))
+            changes[line["campaign"]].append(change)
         elif kind == "decision":
             decisions.append(line)
             latest = max(latest, parse_time(line["at"]))
@@ -67,7 +81,10 @@ def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, 
             latest = max(latest, parse_time(line["occurred_at"]))
     campaign = _pick(campaigns, campaign_id)
     end = latest if at is None else at
-    log = CampaignLog(campaign, [], end)
+    log = CampaignLog(campaign, [], end, arm_changes=[c for c in changes[campaign.id] if c.at <= end])
+    log.arm_changes.sort(key=lambda change: change.at)
+    every_arm = [*campaign.arms, *(arm for change in log.arm_changes for arm in change.added)]
+    arm_index = {arm: index for index, arm in enumerate(every_arm)}
     for line in decisions:
         if line.get("campaign") != campaign.id:
             continue
@@ -77,7 +94,9 @@ def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, 
         if line.get("fallback", False):  # the default arm, not the policy's choice: nothing to learn from
             log.skipped["fallback decisions"] += 1
             continue
-        log.decisions.append(_decision(campaign, line, moment, conversions.get(line["decision_id"], []), end))
+        log.decisions.append(
+            _decision(campaign, arm_index, line, moment, conversions.get(line["decision_id"], []), end)
+        )
     log.decisions.sort(key=lambda decision: decision.at)
     return log
 
@@ -95,7 +114,7 @@ def _pick(campaigns: dict[str, Campaign], campaign_id: str | None) -> Campaign:
 
 
 def _decision(
-    campaign: Campaign, line: dict[str, Any], at: int, lines: list[dict[str, Any]], end: int
+    campaign: Campaign, arm_index: dict[str, int], line: dict[str, Any], at: int, lines: list[dict[str, Any]], end: int
 ) -> LoggedDecision:
     propensity = line.get("propensity")
     if isinstance(propensity, bool) or not isinstance(propensity, int | float) or not 0.0 < propensity <= 1.0:
@@ -103,7 +122,7 @@ def _decision(
             f"decision {line['decision_id'][:40]!r} has no propensity in (0, 1] (got {propensity!r}): "
             "an off-policy estimate needs the logging policy's probability of every logged choice"
         )
-    if line["arm"] not in campaign.arm_index:
+    if line["arm"] not in arm_index:
         raise NotEvaluable(f"decision {line['decision_id'][:40]!r} names an unknown arm {line['arm']!r}")
     seen = []
     for conversion in lines:
@@ -114,5 +133,5 @@ def _decision(
     if at + campaign.window_us <= end:
         counted = [c.value for c in seen if c.occurred_at - at <= campaign.window_us]
         reward = counted[0] if counted else 0.0
-    arm = campaign.arm_index[line["arm"]]
+    arm = arm_index[line["arm"]]
     return LoggedDecision(line["decision_id"], arm, at, float(propensity), tuple(seen), reward)

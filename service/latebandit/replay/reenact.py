@@ -11,6 +11,10 @@ bandits"): decision k is accepted with probability π_k(a_k) / (M·μ_k), where 
 policy's distribution given its history and μ_k the logged propensity. With M ≥ max π/μ the accepted
 decisions are distributed exactly as the policy's own play, one step per accepted decision; a smaller M
 (clipping) trades that exactness for more steps. On a uniform log with M = K this is the replay method.
+
+Where the log changes the campaign's arms, the evaluated policy's arm set changes at the same moments
+(``Campaign.with_arms``, keeping its history): its distribution covers the arms active at each decision,
+a retired or not yet added arm has probability 0 there.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latebandit.campaign import Campaign
+from latebandit.campaign import ArmsRefused, Campaign
 from latebandit.engine.describe import arm_stats
 from latebandit.engine.exposure import bucket_moments, exposure
 from latebandit.engine.feedback import Conversion, prepare
 from latebandit.policies.base import ArmStats
-from latebandit.replay.logged import CampaignLog, LoggedDecision
+from latebandit.replay.logged import ArmChange, CampaignLog, LoggedDecision, NotEvaluable
 from latebandit.store.base import Pull
 from latebandit.store.memory import MemoryStore
 
@@ -57,6 +61,16 @@ class History:
 
     async def start(self) -> None:
         await self.store.create_campaign(self.campaign, {})
+
+    async def change_arms(self, change: ArmChange) -> None:
+        """The logged arm change, made to the evaluated policy's campaign (its history kept)."""
+        try:
+            changed = self.campaign.with_arms(change.added, change.retired, restart=False)
+        except ArmsRefused as refused:
+            raise NotEvaluable(f"the log changes arms, which policy {self.campaign.policy.name!r} cannot follow: "
+                               f"{refused.detail}") from None  # fmt: skip
+        self.campaign = await self.store.change_arms(changed, {}) or changed
+        self.changed = True
 
     async def advance(self, moment: int) -> None:
         """Move the clock to ``moment``, delivering every conversion that occurred by then."""
@@ -87,14 +101,15 @@ class History:
             counters = (await self.store.snapshot(self.campaign, math.inf)).counters
             self.changed = False
             pulls = counters.pulls[None, :].astype(np.float64)
-            return ArmStats(pulls, counters.conversions[None, :], pulls, np.array([counters.decisions + 1]))
+            stats = ArmStats(pulls, counters.conversions[None, :], pulls, np.array([counters.decisions + 1]))
+            return self.campaign.on_active_arms(stats)
         snapshot = await self.store.snapshot(self.campaign)
         seen = exposure(self.campaign, snapshot, self.now)
         if seen.matured_cells.any():
             hist = snapshot.histogram
             await self.store.fold_matured(self.campaign, hist.arm[seen.matured_cells], hist.bucket[seen.matured_cells])
         self.changed = False
-        return arm_stats(snapshot, seen)
+        return self.campaign.on_active_arms(arm_stats(snapshot, seen))
 
 
 def reenact(
@@ -117,23 +132,27 @@ async def _reenact(
     rng: np.random.Generator,
     progress: Callable[[int], None] | None,
 ) -> Reenactment:
-    policy = campaign.policy_impl
     history = History(campaign)
     await history.start()
     decisions = log.decisions
     bound = min(clip, max((1.0 / d.propensity for d in decisions), default=1.0))
-    probabilities = np.empty((len(decisions), len(campaign.arms)))
+    every_arm = len(campaign.arms) + sum(len(change.added) for change in log.arm_changes)
+    probabilities = np.zeros((len(decisions), every_arm))
     accepted = np.zeros(len(decisions), dtype=bool)
     accept_draws = rng.random(len(decisions))
     current: np.ndarray | None = None
+    changes = list(reversed(log.arm_changes))
     for k, decision in enumerate(decisions):
         await history.advance(decision.at)
+        while changes and changes[-1].at <= decision.at:
+            await history.change_arms(changes.pop())
+        policy, active = history.campaign.policy_impl, list(history.campaign.active_arms)
         # A delay-naive policy's distribution changes only with its counters; Ñ also ages with time.
         if current is None or history.changed or policy.delay_corrected:
             current = policy.choose(await history.stats(policy.delay_corrected), rng).probabilities
             if current is None:
                 raise ValueError(f"policy {policy.name!r} does not report its probabilities: it cannot be evaluated")
-        probabilities[k] = current[0]
+        probabilities[k, active] = current[0]
         if accept_draws[k] < probabilities[k, decision.arm] / (bound * decision.propensity):
             accepted[k] = True
             await history.record(decision)

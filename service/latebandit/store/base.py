@@ -237,10 +237,21 @@ class StateStore(AuditQueue, Protocol):
         listed as archived. Idempotent: any number of workers may sweep at once."""
         ...
 
-    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+    async def change_policy(
+        self, campaign: Campaign, record: Record, arms_before: int | None = None
+    ) -> Campaign | None:
         """Store ``campaign`` (the next policy version, ``version`` one above the stored one) and reset its
         counters and histogram, atomically with its audit record; None if unknown, CampaignMoved if the
-        stored version is not the one before; an archived campaign is answered unchanged."""
+        stored version is not the one before or the stored arms version not ``arms_before`` (default: the
+        campaign's own; a restart with new arms passes the one it read); an archived campaign is answered unchanged."""
+        ...
+
+    async def change_arms(self, campaign: Campaign, record: Record) -> Campaign | None:
+        """Store ``campaign`` (its next arms version at the same policy version: arms added or retired),
+        keeping its statistics (an added arm's start at zero), atomically with its audit record; None if
+        unknown, CampaignMoved if the stored policy version is not the campaign's or its arms version not the
+        one before; an archived campaign is answered unchanged. Decisions of a caller holding another arms
+        version are refused from then on (MOVED)."""
         ...
 
     async def snapshot(self, campaign: Campaign, max_age: float) -> StateSnapshot:

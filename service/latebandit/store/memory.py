@@ -116,16 +116,20 @@ class MemoryStore:
         self._queue(memory, [record])
         return memory.campaign
 
-    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+    async def change_policy(
+        self, campaign: Campaign, record: Record, arms_before: int | None = None
+    ) -> Campaign | None:
         memory = self._campaigns.get(campaign.id)
         if memory is None:
             return None
-        if memory.campaign.version + 1 != campaign.version:
+        before = campaign.arms_version if arms_before is None else arms_before
+        if memory.campaign.version + 1 != campaign.version or memory.campaign.arms_version != before:
             raise CampaignMoved(campaign.id)
         if memory.campaign.archived_at is not None:
             return memory.campaign
         memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
         memory.counters = Counters.zeros(len(campaign.arms))
+        memory.delays = _grown(memory.delays, len(campaign.arms))
         memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
         self._queue(memory, [record])
         return memory.campaign
@@ -148,6 +152,27 @@ class MemoryStore:
             del self._campaigns[name]
         return purged
 
+    async def change_arms(self, campaign: Campaign, record: Record) -> Campaign | None:
+        memory = self._campaigns.get(campaign.id)
+        if memory is None:
+            return None
+        stored = memory.campaign
+        if stored.archived_at is not None:
+            return stored
+        if (stored.version, stored.arms_version + 1) != (campaign.version, campaign.arms_version):
+            raise CampaignMoved(campaign.id)
+        memory.campaign = campaign.model_copy(update={"status": stored.status})
+        arms, counters = len(campaign.arms), memory.counters
+        grown = Counters.zeros(arms)
+        grown.decisions = counters.decisions
+        for mine, theirs in ((grown.pulls, counters.pulls), (grown.conversions, counters.conversions),
+                             (grown.matured, counters.matured)):  # fmt: skip
+            mine[: len(theirs)] = theirs
+        memory.counters, memory.delays = grown, _grown(memory.delays, arms)
+        memory.histogram, memory.stamp = None, memory.stamp + 1  # a new read: statistics of another arm set
+        self._queue(memory, [record])
+        return memory.campaign
+
     # state ----------------------------------------------------------------------------------------
 
     async def snapshot(self, campaign: Campaign, max_age: float = 0.0) -> StateSnapshot:
@@ -155,6 +180,8 @@ class MemoryStore:
         seconds ago are reused, as the Redis store does, so /choose costs O(K) and not O(K·B); with 0 they are
         built now (a replay's clock may stand still while cells change)."""
         memory = self._campaigns[campaign.id]
+        if memory.campaign.arms_version != campaign.arms_version:
+            raise CampaignMoved(campaign.id)  # the caller's arms are not the stored ones: it reloads the campaign
         now = self._clock()
         if max_age <= 0 or memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
@@ -197,6 +224,8 @@ class MemoryStore:
         if earlier is not None:
             return earlier
         refusal = _refusal(memory, campaign)
+        if refusal is None and memory is not None and memory.campaign.arms_version != campaign.arms_version:
+            refusal = DecisionStatus.MOVED  # chosen among another arm set (store/lua/record_decisions.lua)
         if refusal is not None:
             return DecisionResult(refusal)
         assert memory is not None
@@ -473,6 +502,13 @@ class MemoryStore:
 
 def _copy(counters: Counters) -> Counters:
     return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())
+
+
+def _grown(delays: np.ndarray, arms: int) -> np.ndarray:
+    """The delay counts with rows of zeros for arms added since (an arm change keeps the others')."""
+    if len(delays) >= arms:
+        return delays
+    return np.vstack([delays, np.zeros((arms - len(delays), BUCKETS), dtype=np.int64)])
 
 
 def _refusal(memory: CampaignMemory | None, campaign: Campaign, now: int | None = None) -> DecisionStatus | None:

@@ -72,8 +72,8 @@ from latebandit.store.script_calls import ScriptConnections
 from latebandit.timeutil import MICROS, Clock, wall_clock
 
 SCRIPTS = (
-    *("create_campaign", "set_status", "change_policy", "archive_campaign", "purge_campaign", "claim_audit"),
-    *("record_decisions", "record_fallback"),
+    *("create_campaign", "set_status", "change_policy", "change_arms", "archive_campaign", "purge_campaign"),
+    *("record_decisions", "record_fallback", "claim_audit"),
     *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
 )
 LIBRARY_MARK = "-- requires: "
@@ -115,6 +115,7 @@ class _Cached:
     read_at: int  # the store's clock (µs) at the histogram (and delay histogram) read
     read: int  # which read it is: this store numbers its reads, so that a new one is a new StateVersion
     policy: int  # the policy version it was read for: a policy change resets the state
+    arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
 
     def snapshot(self) -> StateSnapshot:
@@ -232,7 +233,7 @@ class RedisStore:
         )
         self._cache: dict[str, _Cached] = {}
         self._reads = itertools.count(1)  # numbers each read of a campaign's state (StateVersion.read)
-        self._refreshing: dict[tuple[str, int], asyncio.Future[StateSnapshot]] = {}  # by campaign and version
+        self._refreshing: dict[tuple[str, int, int], asyncio.Future[StateSnapshot]] = {}  # by campaign, versions
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
 
     async def close(self) -> None:
@@ -384,18 +385,31 @@ class RedisStore:
             purged.append(cid)
         return purged
 
-    async def change_policy(self, campaign: Campaign, record: Record) -> Campaign | None:
+    async def change_policy(
+        self, campaign: Campaign, record: Record, arms_before: int | None = None
+    ) -> Campaign | None:
         cid = campaign.id
         keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [name(cid) for name in self.keys.schedule_names()]
-        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record)]
-        changed = await self._run("change_policy", keys, args)
-        if changed == -1:
+        before = campaign.arms_version if arms_before is None else arms_before
+        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record), before,
+                                  campaign.arms_version]  # fmt: skip
+        return await self._changed(campaign, await self._run("change_policy", keys, args))
+
+    async def change_arms(self, campaign: Campaign, record: Record) -> Campaign | None:
+        args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, campaign.arms_version - 1,
+                                  campaign.arms_version, orjson.dumps(record)]  # fmt: skip
+        return await self._changed(campaign, await self._run("change_arms", self._campaign_keys(campaign.id), args))
+
+    async def _changed(self, campaign: Campaign, answer: int) -> Campaign | None:
+        """The stored campaign after a configuration change's script answered 1; None if it answered 0 (unknown
+        campaign), CampaignMoved for -1 (a concurrent change); the stored, archived campaign for -2."""
+        if answer == -1:
             raise CampaignMoved(campaign.id)
-        if changed == -2:  # archived
+        if answer == -2:
             return await self.get_campaign(campaign.id)
         self._cache.pop(campaign.id, None)
-        return await self.get_campaign(campaign.id) if changed else None
+        return await self.get_campaign(campaign.id) if answer else None
 
     # state ----------------------------------------------------------------------------------------
 
@@ -408,7 +422,7 @@ class RedisStore:
         if held is not None:
             return held
         cached = self._cached(campaign)
-        key = (campaign.id, campaign.version)
+        key = (campaign.id, campaign.version, campaign.arms_version)
         refresh = self._refreshing.get(key)
         if refresh is None:
             refresh = asyncio.ensure_future(self._read(campaign))
@@ -430,9 +444,10 @@ class RedisStore:
     def _cached(self, campaign: Campaign) -> _Cached | None:
         """The cached state, unless it was read under another policy version (whose state a change reset)."""
         cached = self._cache.get(campaign.id)
-        return cached if cached is not None and cached.policy == campaign.version else None
+        current = cached is not None and (cached.policy, cached.arms) == (campaign.version, campaign.arms_version)
+        return cached if current else None
 
-    def _refreshed(self, key: tuple[str, int], done: asyncio.Future[StateSnapshot]) -> None:
+    def _refreshed(self, key: tuple[str, int, int], done: asyncio.Future[StateSnapshot]) -> None:
         self._refreshing.pop(key, None)
         # retrieved: a failed refresh is retried by the next request, not logged as lost; one that found the state
         # unreadable also drops the cache, so that the next request waits for its own read and meets the error
@@ -448,6 +463,8 @@ class RedisStore:
             pipe.hgetall(self.keys.cells(campaign.id))
             pipe.hgetall(self.keys.delays(campaign.id))
             counters_raw, cells_raw, delays_raw = await pipe.execute()
+        if counters_raw and counters_raw.get(b"a", b"0") != b"%d" % campaign.arms_version:
+            raise CampaignMoved(campaign.id)  # the caller's arms are not the stored ones: it reloads the campaign
         components = len(campaign.exact_components)
         with _readable(campaign, "counters and histogram"):
             counters = parse_counters(counters_raw, len(campaign.arms))
@@ -455,7 +472,14 @@ class RedisStore:
             delays = parse_delays(delays_raw, len(campaign.arms))
             _finite(counters.conversions, histogram.moments)
         cached = _Cached(
-            counters, histogram, delays, self._clock(), next(self._reads), campaign.version, _stamp(counters_raw)
+            counters,
+            histogram,
+            delays,
+            self._clock(),
+            next(self._reads),
+            campaign.version,
+            campaign.arms_version,
+            _stamp(counters_raw),
         )
         self._cache[campaign.id] = cached
         return cached.snapshot()
@@ -475,6 +499,7 @@ class RedisStore:
         sent = held.snapshot() if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
+        args.append(campaign.arms_version)
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
@@ -856,7 +881,8 @@ def _write_counters(
 ) -> None:
     paused = int(campaign.status is CampaignStatus.PAUSED)
     # a new write stamp: no worker's cached counters pass for these (record_decisions.lua)
-    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp}
+    mapping: HashFields = {"d": counters.decisions, "paused": paused, "v": campaign.version, "w": stamp,
+                           "a": campaign.arms_version}  # fmt: skip
     if campaign.archived_at is not None and campaign.feedback_until is not None:
         mapping |= {"archived": campaign.archived_at, "until": campaign.feedback_until}
     for arm in range(len(campaign.arms)):

@@ -1,5 +1,5 @@
-"""The campaigns: created, listed, read, paused and resumed, their policy changed, archived, their state read
-now or as it was at a past moment."""
+"""The campaigns: created, listed, read, paused and resumed, their policy changed, arms added and retired,
+archived, their state read now or as it was at a past moment."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from latebandit.api.deps import AppPastStates, Engine
 from latebandit.api.errors import error, forbidden_campaign, problems
 from latebandit.api.hot_paths import JsonAnswer
 from latebandit.api.past_states import CampaignNotYet
-from latebandit.campaign import CampaignSpec, CampaignStatus, PolicyChange
-from latebandit.engine.core import CampaignExists
+from latebandit.campaign import ArmAdded, ArmsRefused, Campaign, CampaignSpec, CampaignStatus, PolicyChange
+from latebandit.engine.core import CampaignExists, DecisionEngine
 from latebandit.ids import Identifier
 from latebandit.logs import name_campaigns
 from latebandit.store.base import CampaignMoved
@@ -109,3 +109,35 @@ async def change_policy(campaign_id: Identifier, change: PolicyChange, engine: E
     admin_log.info("campaign policy changed", extra={"campaign": campaign_id, "policy": campaign.policy.name,
                                                     "version": campaign.version})  # fmt: skip
     return JsonAnswer(campaign.public())
+
+
+Restart = Annotated[
+    bool, Query(description="start a new policy version with the new arms (a fresh state, as a policy change)")
+]
+
+
+@router.post("/campaigns/{campaign_id}/arms", status_code=201)
+async def add_arm(campaign_id: Identifier, body: ArmAdded, engine: Engine, restart: Restart = False) -> Response:
+    """A new arm, with no pulls and no conversions, that the policy plays from its next decision on."""
+    campaign = await _change_arms(engine, campaign_id, [body.arm], [], restart)
+    return JsonAnswer(campaign.public(), 201)
+
+
+@router.delete("/campaigns/{campaign_id}/arms/{arm}")
+async def retire_arm(campaign_id: Identifier, arm: Identifier, engine: Engine, restart: Restart = False) -> Response:
+    """The arm is never chosen again; its statistics stay, and its earlier decisions' conversions count."""
+    return JsonAnswer((await _change_arms(engine, campaign_id, [], [arm], restart)).public())
+
+
+async def _change_arms(
+    engine: DecisionEngine, campaign_id: str, added: list[str], retired: list[str], restart: bool
+) -> Campaign:
+    try:
+        campaign = await engine.change_arms(campaign_id, added, retired, restart)
+    except ArmsRefused as refused:
+        raise error(404 if refused.code == "unknown_arm" else 409, refused.code, refused.detail) from refused
+    except CampaignMoved as moved:
+        raise error(409, "campaign_changed", "another change of the campaign happened meanwhile: retry") from moved
+    admin_log.info("campaign arms changed", extra={"campaign": campaign_id, "added": added, "retired": retired,
+                                                  "version": campaign.version})  # fmt: skip
+    return campaign

@@ -3,7 +3,9 @@
 -- its audit entry; a retried request_id gets its earlier decision.
 -- KEYS: counters, cells, audit, then one request key per pull that has a request_id, in pull order.
 -- ARGV: policy version, request ttl, moments per pull J, the decision count and write stamp ('w') of the
--- caller's cached counters (-1 for none), then per pull 7 + J values: arm, bucket, offset µs, decision id,
+-- caller's cached counters (-1 for none), the caller's arms version (the counters' 'a', absent: 0; another
+-- one is refused as 'moved': its arms were chosen among another arm set, change_arms.lua), then per pull 7 + J
+-- values: arm, bucket, offset µs, decision id,
 -- propensity, audit record, has request key (0/1), moments e1..eJ.
 -- Returns {statuses, earlier decisions, counters}, one status and one earlier decision ('' unless repeated)
 -- per pull: 0 new, 1 repeated, 2 paused, 3 unknown, 4 moved (the campaign is at another policy version than
@@ -14,16 +16,18 @@
 local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
 local version, ttl, moments = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local width = 7 + moments
-local known = redis.call('HMGET', counters, 'd', 'w', 'paused', 'v', 'until')
+local known = redis.call('HMGET', counters, 'd', 'w', 'paused', 'v', 'until', 'a')
 local current = known[1] == ARGV[4] and (known[2] or '0') == ARGV[5]
 local decisions = tonumber(known[1])
 
-local refusal = ({paused = 2, unknown = 3, moved = 4, archived = 5})[refusal_of(known[3], known[4], version, known[5])] or 0
+local refused = refusal_of(known[3], known[4], version, known[5])
+if refused == nil and (known[6] or '0') ~= ARGV[6] then refused = 'moved' end
+local refusal = ({paused = 2, unknown = 3, moved = 4, archived = 5})[refused] or 0
 
 local statuses, earliers = {}, {}
 local request = 3
-for i = 1, (#ARGV - 5) / width do
-  local base = 5 + (i - 1) * width
+for i = 1, (#ARGV - 6) / width do
+  local base = 6 + (i - 1) * width
   local arm, decision, propensity = ARGV[base + 1], ARGV[base + 4], ARGV[base + 5]
   local key = nil
   if ARGV[base + 7] == '1' then
