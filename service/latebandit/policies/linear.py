@@ -407,14 +407,38 @@ class OTFLinTS(ContextualPolicy):
         return super().policy_state(stats) | {"inflation": float(self.inflation(stats)[0])}
 
 
+class UniformActions(ContextualPolicy):
+    """Every offered action with probability 1/K: the scale of a simulation (its regret is the average gap).
+
+    >>> import numpy as np
+    >>> from latebandit.policies.linear import LinearStats, make_contextual_policy
+    >>> actions = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]])
+    >>> policy = make_contextual_policy("uniform", {})
+    >>> choice = policy.choose(LinearStats.empty(1, 2), actions, np.random.default_rng(0))
+    >>> choice.action.tolist(), choice.propensity.tolist()
+    ([0], [0.3333333333333333])
+    """
+
+    name: ClassVar[str] = "uniform"
+
+    def ridge(self) -> float:
+        return 1.0
+
+    def choose(self, stats: LinearStats, actions: Array, rng: np.random.Generator) -> LinearChoice:
+        picked = uniform_among(np.ones(np.shape(actions)[:2], dtype=bool), rng)
+        return LinearChoice(picked.arm, picked.propensity, np.zeros(picked.arm.shape))
+
+
+# The policies a contextual campaign serves; ``uniform`` is also accepted where contextual policies are made.
 CONTEXTUAL_POLICIES: dict[str, type[ContextualPolicy]] = {cls.name: cls for cls in (LinUCB, OTFLinUCB, OTFLinTS)}
 
 
 def make_contextual_policy(name: object, params: Mapping[str, Any]) -> ContextualPolicy:
     """The named contextual policy with validated params; ValueError naming what is wrong."""
-    cls = CONTEXTUAL_POLICIES.get(name) if isinstance(name, str) else None
+    known = {**CONTEXTUAL_POLICIES, UniformActions.name: UniformActions}
+    cls = known.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise ValueError(f"unknown contextual policy {name!r}; known: {', '.join(sorted(CONTEXTUAL_POLICIES))}")
+        raise ValueError(f"unknown contextual policy {name!r}; known: {', '.join(sorted(known))}")
     if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
         raise ValueError(f"policy {name!r}: params must be an object with string keys")
     return cls(**params)
