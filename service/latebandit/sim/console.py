@@ -167,5 +167,5 @@ def run_reproduce(name: str, runs: int | None, json_out: Path | None, plot: Path
         )
 
 
-def _panel_title(title: str, scenario: Scenario) -> str:
+def _panel_title(title: str, scenario: Scenario | ContextualScenario) -> str:
     return f"{title}: final regret at T = {scenario.horizon:,} over {scenario.runs} runs"
