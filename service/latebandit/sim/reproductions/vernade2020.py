@@ -220,8 +220,9 @@ def _low_rate_checks(results: Results) -> list[Check]:
                             f"frozen − exact = {mean:+.1f} ± {se:.1f}", abs(mean) <= tolerance))  # fmt: skip
     best = min((r.label for r in results[LOW_PANEL]), key=final)
     mean, se = mean_and_error(result(results, LOW_PANEL, best).final)
-    checks.append(Check("a tuned delay-naive LinUCB (α = 0.1 or 0.01) has the lowest regret here",
-                        f"lowest: {best} at {mean:.1f} ± {se:.1f}", best.startswith("LinUCB α=0.")))  # fmt: skip
+    checks.append(Check("the lowest regret is at the smallest exploration scale, α = 0.01 (where the window term "
+                        "and the naive policy tie)", f"lowest: {best} at {mean:.1f} ± {se:.1f}",
+                        best.endswith("α=0.01")))  # fmt: skip
     return checks
 
 
@@ -231,9 +232,9 @@ LOW_RATE_REPRODUCTION = Reproduction(
     figure="low conversion rates (2–8 %), the spec's public setting (not a figure of the paper)",
     setting="d = 4, K = 8 fresh actions a round a = (1/√2, ±1/√6, ±1/√6, ±1/√6), θ drawn per run so that every "
     f"rate is in [2 %, 8 %], geometric delays from 0 with p = 1/300, m = 400 (26 % censored), T = {LOW_HORIZON:,}; "
-    "α ∈ {1, 0.1, 0.01}; 40 runs by default (the reference: 200).",
+    "α ∈ {1, 0.1, 0.01}; 100 runs by default (the reference: 200).",
     claim="Whether the window term helps at service-like rates once the exploration scale α is tuned.",
-    runs=40,
+    runs=100,
     panels=_low_rate_panels,
     references={
         LOW_PANEL: {
