@@ -435,7 +435,7 @@ CONTEXTUAL_POLICIES: dict[str, type[ContextualPolicy]] = {cls.name: cls for cls 
 
 def make_contextual_policy(name: object, params: Mapping[str, Any]) -> ContextualPolicy:
     """The named contextual policy with validated params; ValueError naming what is wrong."""
-    known = {**CONTEXTUAL_POLICIES, UniformActions.name: UniformActions}
+    known: dict[str, type[ContextualPolicy]] = {**CONTEXTUAL_POLICIES, UniformActions.name: UniformActions}
     cls = known.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown contextual policy {name!r}; known: {', '.join(sorted(known))}")
