@@ -8,14 +8,15 @@ import importlib
 
 import pytest
 
-from latebandit.policies import POLICIES
+from latebandit.policies import CONTEXTUAL_POLICIES, POLICIES
 
-MODULES = sorted({cls.__module__ for cls in POLICIES.values()})
+EVERY = {**POLICIES, **CONTEXTUAL_POLICIES}
+MODULES = sorted({cls.__module__ for cls in EVERY.values()})
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(EVERY))
 def test_every_policy_has_an_example(name: str) -> None:
-    assert ">>>" in (vars(POLICIES[name]).get("__doc__") or ""), f"{POLICIES[name].__name__} shows no example"
+    assert ">>>" in (vars(EVERY[name]).get("__doc__") or ""), f"{EVERY[name].__name__} shows no example"
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -10,7 +10,7 @@ import pytest
 from latebandit.sim.reproductions import REPRODUCTIONS
 from latebandit.sim.reproductions.base import Reproduction, markers, reference_checks, reproduction_json
 from latebandit.sim.reproductions.vernade2017 import THETA_H, THETA_L, pseudo_regret_bound, tau
-from latebandit.sim.runner import PolicyResult, check_runnable, recording_rounds
+from latebandit.sim.runner import PolicyResult, recording_rounds
 
 
 def synthetic(reproduction: Reproduction, runs: int = 4) -> tuple[list, dict[str, list[PolicyResult]]]:
@@ -32,7 +32,7 @@ def test_every_reproduction_builds_checks_and_serialises(name: str) -> None:
     panels, results = synthetic(reproduction)
     assert name.startswith(reproduction.paper + "-") and reproduction.runs >= 10  # the default --runs
     for panel in panels:
-        check_runnable(panel.scenario)
+        panel.check_runnable()
         assert panel.scenario.runs == 4
     for panel, rows in reproduction.references.items():
         labels = {result.label for result in results[panel]}

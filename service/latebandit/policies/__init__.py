@@ -8,6 +8,7 @@ from typing import Any
 from latebandit.policies.base import ArmStats, Choice, Policy, Setting
 from latebandit.policies.baselines import KLUCB, UCB1, DelayedThompson, Fixed, Thompson, Uniform
 from latebandit.policies.guha import GuhaBayes
+from latebandit.policies.linear import CONTEXTUAL_POLICIES, ContextualPolicy, LinearStats, make_contextual_policy
 from latebandit.policies.manegueu import AdaptPatientBandits, PatientBandits
 from latebandit.policies.pikeburke import Odaaf, OdaafB, OdaafV, QpmD
 from latebandit.policies.schedule import SchedulePolicy
@@ -26,6 +27,11 @@ POLICIES: dict[str, type[Policy]] = {
 def make_policy(name: object, params: Mapping[str, Any], n_arms: int, setting: Setting | None = None) -> Policy:
     """The named policy with validated params; ValueError naming what is wrong (``name`` too, from a file)."""
     cls = POLICIES.get(name) if isinstance(name, str) else None
+    if name in CONTEXTUAL_POLICIES:
+        raise ValueError(
+            f"policy {name!r} is contextual: it chooses among each request's action vectors, so it needs a "
+            "contextual campaign or scenario (features), not a list of arms"
+        )
     if cls is None:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
     if not isinstance(params, Mapping) or not all(isinstance(key, str) for key in params):
@@ -33,4 +39,16 @@ def make_policy(name: object, params: Mapping[str, Any], n_arms: int, setting: S
     return cls(n_arms, setting, **params)
 
 
-__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "Setting", "make_policy"]
+__all__ = [
+    "CONTEXTUAL_POLICIES",
+    "POLICIES",
+    "ArmStats",
+    "Choice",
+    "ContextualPolicy",
+    "LinearStats",
+    "Policy",
+    "SchedulePolicy",
+    "Setting",
+    "make_contextual_policy",
+    "make_policy",
+]

@@ -3,7 +3,7 @@ the JSON and PNG outputs); service/latebandit/cli.py only parses arguments and m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from latebandit.sim.contextual import simulate_contextual
+from latebandit.sim.contextual_scenario import ContextualScenario, contextual_from_mapping
 from latebandit.sim.plotting import plot_panels
 from latebandit.sim.reproductions import REPRODUCTIONS, Check, Reproduction, run_reproduction
 from latebandit.sim.reproductions.base import comparison, markers, reproduction_json, result_of
 from latebandit.sim.runner import PolicyResult, contract_json, simulate, summary
-from latebandit.sim.scenario import Scenario, ScenarioError, load_scenario
+from latebandit.sim.scenario import PolicySpec, Scenario, ScenarioError, read_scenario_document, scenario_from_mapping
 from latebandit.tables import show
 
 Callback = Callable[[int], None]
@@ -64,15 +66,32 @@ def run_simulation(
     path: Path, json_out: Path | None, plot: Path | None, runs: int | None, seed: int | None, console: Console
 ) -> None:
     """``latebandit simulate``: ScenarioError for a bad file or a policy that cannot consume its feedback."""
-    scenario = load_scenario(path).with_overrides(runs, seed)
+    scenario = load_any_scenario(path).with_overrides(runs, seed)
     with progress_bars(console) as start:
-        results = simulate(scenario, lambda spec: start(spec.label, scenario.horizon))
+
+        def bars(spec: PolicySpec) -> Callback:
+            return start(spec.label, scenario.horizon)
+
+        if isinstance(scenario, ContextualScenario):
+            results = simulate_contextual(scenario, bars)
+        else:
+            results = simulate(scenario, bars)
     title = f"{path.name}: final regret at T = {scenario.horizon:,} over {scenario.runs} runs (seed {scenario.seed})"
     show(results_table(title, results))
     if json_out is not None:
         _write_json(json_out, contract_json(scenario, results))
     if plot is not None:
         plot_panels([(path.name, results)], plot)
+
+
+def load_any_scenario(path: Path) -> Scenario | ContextualScenario:
+    """The scenario of a file, contextual when it has a ``contextual`` block; ScenarioError naming the file."""
+    document = read_scenario_document(path)
+    contextual = isinstance(document, Mapping) and "contextual" in document
+    try:
+        return contextual_from_mapping(document) if contextual else scenario_from_mapping(document)
+    except ScenarioError as error:
+        raise ScenarioError(f"{path}: {error}") from error
 
 
 def list_table() -> Table:
@@ -148,5 +167,5 @@ def run_reproduce(name: str, runs: int | None, json_out: Path | None, plot: Path
         )
 
 
-def _panel_title(title: str, scenario: Scenario) -> str:
+def _panel_title(title: str, scenario: Scenario | ContextualScenario) -> str:
     return f"{title}: final regret at T = {scenario.horizon:,} over {scenario.runs} runs"

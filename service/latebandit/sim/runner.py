@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -70,7 +70,17 @@ def summary(result: PolicyResult) -> dict[str, float]:
     return out
 
 
-def recording_rounds(scenario: Scenario) -> np.ndarray:
+class Planned(Protocol):
+    """What recording and reporting read of a scenario, arm-based or contextual."""
+
+    @property
+    def horizon(self) -> int: ...
+    @property
+    def checkpoints(self) -> tuple[int, ...]: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def recording_rounds(scenario: Planned) -> np.ndarray:
     horizon = scenario.horizon
     linear = np.linspace(1, horizon, CURVE_POINTS)
     geometric = np.geomspace(1, horizon, CURVE_POINTS // 2)
@@ -153,7 +163,7 @@ def simulate(scenario: Scenario, progress: Callable[[PolicySpec], Progress | Non
     return [run_policy(scenario, spec, progress(spec) if progress else None) for spec in scenario.policies]
 
 
-def contract_json(scenario: Scenario, results: list[PolicyResult]) -> dict[str, Any]:
+def contract_json(scenario: Planned, results: list[PolicyResult]) -> dict[str, Any]:
     """Exactly the ``--json`` document of docs/reference/ (standard deviations are across runs, ddof = 1)."""
     policies = {}
     for result in results:

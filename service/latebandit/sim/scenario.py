@@ -356,8 +356,8 @@ def scenario_from_mapping(data: object) -> Scenario:
     )
 
 
-def load_scenario(path: Path) -> Scenario:
-    """Read a .json, .yaml or .yml scenario file; every failure is a ScenarioError naming the file."""
+def read_scenario_document(path: Path) -> Any:
+    """The parsed .json, .yaml or .yml file; every failure is a ScenarioError naming the file."""
     suffix = path.suffix.lower()
     if suffix not in (".json", ".yaml", ".yml"):
         raise ScenarioError(f"{path}: a scenario file ends in .json, .yaml or .yml")
@@ -366,9 +366,14 @@ def load_scenario(path: Path) -> Scenario:
     except (OSError, UnicodeDecodeError) as error:
         raise ScenarioError(f"{path}: cannot read it ({error})") from error
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        return json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise ScenarioError(f"{path}: not valid {'JSON' if suffix == '.json' else 'YAML'} ({error})") from error
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; every failure is a ScenarioError naming the file."""
+    data = read_scenario_document(path)
     try:
         return scenario_from_mapping(data)
     except ScenarioError as error:

@@ -6,10 +6,10 @@ A paper adds a module beside vernade2017.py that defines its Reproduction object
 
 from __future__ import annotations
 
-from latebandit.sim.reproductions import guha, manegueu2020, pikeburke2018, vernade2017, wang2021
+from latebandit.sim.reproductions import guha, manegueu2020, pikeburke2018, vernade2017, vernade2020, wang2021
 from latebandit.sim.reproductions.base import Check, Panel, Reference, Reproduction, run_reproduction
 
-PAPERS = (vernade2017, pikeburke2018, wang2021, manegueu2020, guha)
+PAPERS = (vernade2017, pikeburke2018, wang2021, manegueu2020, guha, vernade2020)
 
 
 def _registry() -> dict[str, Reproduction]:

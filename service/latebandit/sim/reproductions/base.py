@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from latebandit.sim.contextual import run_contextual_policy
+from latebandit.sim.contextual_scenario import ContextualScenario
 from latebandit.sim.runner import PolicyResult, Progress, check_runnable, contract_json, mean_and_error, run_policy
 from latebandit.sim.scenario import PolicySpec, Scenario
 
@@ -18,7 +20,17 @@ Z_LIMIT = 2.0  # docs/reproductions.md: reproduced "within about 2 standard erro
 @dataclass(frozen=True)
 class Panel:
     title: str
-    scenario: Scenario
+    scenario: Scenario | ContextualScenario
+
+    def check_runnable(self) -> None:
+        """Refuse a policy that cannot run before any does (a contextual scenario was checked when built)."""
+        if isinstance(self.scenario, Scenario):
+            check_runnable(self.scenario)
+
+    def run(self, spec: PolicySpec, progress: Progress | None) -> PolicyResult:
+        if isinstance(self.scenario, ContextualScenario):
+            return run_contextual_policy(self.scenario, spec, progress)
+        return run_policy(self.scenario, spec, progress)
 
 
 @dataclass(frozen=True)
@@ -106,12 +118,9 @@ def run_reproduction(
     """Every policy of every panel (``reproduction.panels(runs)``), and the checks on the results;
     ``progress(panel, spec)`` gives the callback for one policy's rounds."""
     for panel in panels:
-        check_runnable(panel.scenario)
+        panel.check_runnable()
     results = {
-        panel.title: [
-            run_policy(panel.scenario, spec, progress(panel, spec) if progress else None)
-            for spec in panel.scenario.policies
-        ]
+        panel.title: [panel.run(spec, progress(panel, spec) if progress else None) for spec in panel.scenario.policies]
         for panel in panels
     }
     return results, reproduction.checks(results) + reference_checks(reproduction, results)

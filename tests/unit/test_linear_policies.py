@@ -1,0 +1,317 @@
+"""The delayed linear bandit policies (Vernade et al. 2020) against the spec's hand-computed oracle, against a
+slow reference written here from the spec (plain Python loops per run over the decision history, one
+linear solve per norm: nothing shared with the policies' code), and their properties."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latebandit.policies import make_policy
+from latebandit.policies.linear import LinearStats, Ridge, make_contextual_policy
+
+E1, E2, MIX = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]
+OFFERED = np.array([[E1, E2, MIX]])
+PLAYED = [E1, E2, E1]  # rounds 1–3; only round 1 converted, visible at decision 4
+FORMS = ["exact", "frozen", "cs", "none", "released"]
+
+# --- the slow reference ---------------------------------------------------------------------------------
+
+
+def ref_v(history: Sequence[Sequence[float]], ridge: float, d: int) -> np.ndarray:
+    v = [[ridge if i == j else 0.0 for j in range(d)] for i in range(d)]
+    for a in history:
+        for i in range(d):
+            for j in range(d):
+                v[i][j] += a[i] * a[j]
+    return np.array(v)
+
+
+def ref_leverage(v: np.ndarray, a: Sequence[float]) -> float:
+    """aᵀV⁻¹a by one linear solve."""
+    x = np.linalg.solve(v, np.array(a))
+    return sum(a[i] * float(x[i]) for i in range(len(a)))
+
+
+def ref_index(
+    name: str, form: str, history: list[list[float]], converted: list[bool], window: int, action: list[float],
+    alpha: float = 1.0, ridge: float = 1.0, delta: float = 0.1,
+) -> float:  # fmt: skip
+    """The spec's §3.1, §3.2 and §3.4 indices, recomputed from the history at decision t = len(history) + 1."""
+    d, t = len(action), len(history)
+    v = ref_v(history, ridge, d)
+    b = [sum(a[i] for a, y in zip(history, converted, strict=True) if y) for i in range(d)]
+    theta = np.linalg.solve(v, np.array(b))
+    estimate = sum(action[i] * float(theta[i]) for i in range(d))
+    q = ref_leverage(v, action)
+    recent = list(range(max(0, t - window), t)) if window else []
+    beta = 2 * math.log(1 / delta) + d * math.log(1 + t / (ridge * d))
+    if form == "released":
+        if name == "linucb":
+            return estimate + alpha * math.sqrt(beta + math.sqrt(ridge)) * q
+        q_then = [ref_leverage(ref_v(history[:s], ridge, d), history[s]) for s in recent]
+        return estimate + alpha * (math.sqrt(beta + ridge) + sum(q_then)) * q
+    f = math.sqrt(ridge) + math.sqrt(2 * math.log(1 / delta) + d * math.log((d * ridge + t) / (d * ridge)))
+    s = 0.0
+    if name == "otf-linucb" and form == "exact":
+        s = sum(math.sqrt(ref_leverage(v, history[i])) for i in recent)
+    elif name == "otf-linucb" and form == "frozen":
+        s = sum(math.sqrt(ref_leverage(ref_v(history[: i + 1], ridge, d), history[i])) for i in recent)
+    elif name == "otf-linucb" and form == "cs":
+        trace = sum(ref_leverage(v, history[i]) for i in recent)  # tr(V⁻¹M) = Σ AᵀV⁻¹A
+        s = math.sqrt(len(recent) * trace)
+    return estimate + alpha * (2 * f + s) * math.sqrt(q)
+
+
+# --- the vectorised side: stats and footprints built by the policies' own path ------------------------------
+
+
+def build_stats(
+    policy_name: str, params: dict, histories: list[list[list[float]]], converted: list[list[bool]], window: int
+) -> LinearStats:
+    """R runs' sums, each decision's footprint taken from the policy's choice among the one action played."""
+    policy = make_contextual_policy(policy_name, params)
+    runs, t, d = len(histories), len(histories[0]), len(histories[0][0])
+    actions = np.array(histories, dtype=np.float64)  # (R, t, d)
+    footprints = np.zeros((runs, t))
+    stats = LinearStats.empty(runs, d)
+    for s in range(t):
+        footprints[:, s] = policy.choose(stats, actions[:, s : s + 1], np.random.default_rng(0)).footprint
+        stats = sums(actions[:, : s + 1], np.array(converted)[:, : s + 1], footprints[:, : s + 1], window)
+    return stats
+
+
+def sums(actions: np.ndarray, converted: np.ndarray, footprints: np.ndarray, window: int) -> LinearStats:
+    t = actions.shape[1]
+    recent = slice(t - min(window, t), t)
+    gram = np.einsum("rsd,rse->rde", actions, actions)
+    reward = np.einsum("rsd,rs->rd", actions, converted.astype(np.float64))
+    in_window = actions[:, recent]
+    return LinearStats(
+        gram, reward, np.full(actions.shape[0], float(t)), np.full(actions.shape[0], float(in_window.shape[1])),
+        footprints[:, recent].sum(axis=1), np.einsum("rsd,rse->rde", in_window, in_window), in_window,
+    )  # fmt: skip
+
+
+class Scripted:
+    """A generator stand-in whose normal draws are given (the oracle's z) and whose uniforms are numpy's."""
+
+    def __init__(self, z: list[float]) -> None:
+        self._z, self._rng = np.array([z]), np.random.default_rng(0)
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        assert shape == self._z.shape
+        return self._z
+
+    def random(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._rng.random(shape)
+
+
+def oracle_stats(name: str, params: dict, window: int) -> LinearStats:
+    return build_stats(name, params, [PLAYED], [[True, False, False]], window)
+
+
+# --- the spec's hand example (§6.6) ---------------------------------------------------------------------------
+
+
+def test_oracle_paper_form_window_two() -> None:
+    stats = oracle_stats("otf-linucb", {"correction": "exact"}, 2)
+    np.testing.assert_allclose(stats.gram[0], [[2, 0], [0, 1]])  # V − λI
+    policy = make_contextual_policy("otf-linucb", {"correction": "exact"})
+    assert policy.window_sum(stats, _ridge(stats))[0] == pytest.approx(1 / math.sqrt(2) + 1 / math.sqrt(3))
+    assert policy.window_sum(stats, _ridge(stats))[0] == pytest.approx(1.284457, abs=1e-6)
+    assert policy.policy_state(stats)["f"] == pytest.approx(3.537272, abs=1e-6)
+    np.testing.assert_allclose(policy.index(stats, OFFERED)[0], [5.159405, 5.910707, 5.744735], atol=1e-6)
+    np.testing.assert_allclose(policy.estimate(stats, OFFERED)[0], [1 / 3, 0.0, 0.2], atol=1e-12)
+    naive = make_contextual_policy("linucb", {})
+    np.testing.assert_allclose(naive.index(stats, OFFERED)[0], [4.417824, 5.002459, 4.892722], atol=1e-6)
+    for each in (policy, naive):
+        assert each.choose(stats, OFFERED, np.random.default_rng(1)).action.tolist() == [1]
+
+
+def _ridge(stats: LinearStats) -> Ridge:
+    return Ridge.of(stats, 1.0)
+
+
+def test_oracle_window_three_exact_and_frozen() -> None:
+    exact = make_contextual_policy("otf-linucb", {"correction": "exact"})
+    stats = oracle_stats("otf-linucb", {"correction": "exact"}, 3)
+    assert exact.window_sum(stats, _ridge(stats))[0] == pytest.approx(1.861807, abs=1e-6)
+    np.testing.assert_allclose(exact.index(stats, OFFERED)[0, :2], [5.492739, 6.318955], atol=1e-6)
+    frozen = make_contextual_policy("otf-linucb", {"correction": "frozen"})
+    stats = oracle_stats("otf-linucb", {"correction": "frozen"}, 3)
+    assert stats.window_footprint[0] == pytest.approx(2 / math.sqrt(2) + 1 / math.sqrt(3))
+    assert frozen.window_sum(stats, _ridge(stats))[0] == pytest.approx(1.991564, abs=1e-6)
+
+
+def test_oracle_released_form() -> None:
+    stats = oracle_stats("otf-linucb", {"correction": "released"}, 2)
+    assert stats.window_footprint[0] == pytest.approx(1.0 + 0.5)  # q = 1, 1, 0.5; the window holds rounds 2, 3
+    policy = make_contextual_policy("otf-linucb", {"correction": "released"})
+    np.testing.assert_allclose(policy.index(stats, OFFERED)[0], [1.742408, 2.113612, 2.059979], atol=1e-6)
+
+
+def test_oracle_normalised_thompson_draw() -> None:
+    params = {"sigma0": 0.5}
+    stats = oracle_stats("otf-lints", params, 2)
+    policy = make_contextual_policy("otf-lints", params)
+    assert policy.inflation(stats)[0] == pytest.approx(1.744444, abs=1e-6)
+    np.testing.assert_allclose(policy.estimate(stats, OFFERED)[0], [0.444444, 0.0, 0.266667], atol=1e-6)
+    _, _, scores = policy._sample(stats, OFFERED, Scripted([1.0, -1.0]))  # type: ignore[arg-type]
+    np.testing.assert_allclose(scores[0], [1.324961, -1.181336, -0.150093], atol=1e-6)
+    assert policy.choose(stats, OFFERED, Scripted([1.0, -1.0])).action.tolist() == [0]  # type: ignore[arg-type]
+
+
+def test_one_hot_reduction() -> None:
+    """a = e_k: θ̂_k = S_k/(N_k + λ) and ‖e_k‖_{V⁻¹} = 1/sqrt(N_k + λ), pending pulls counted in N_k."""
+    history = [E1] * 5 + [E2] * 3
+    stats = build_stats("linucb", {}, [history], [[True, True, False, False, False, True, False, False]], 4)
+    estimate = make_contextual_policy("linucb", {}).estimate(stats, OFFERED[:, :2])
+    np.testing.assert_allclose(estimate[0], [2 / 6, 1 / 4])
+    exact = make_contextual_policy("otf-linucb", {"correction": "exact"})
+    window = 1 / math.sqrt(6) + 3 / math.sqrt(4)  # the last 4 pulls: one of arm 1, three of arm 2
+    assert exact.window_sum(stats, _ridge(stats))[0] == pytest.approx(window)
+
+
+# --- the slow reference on random histories ---------------------------------------------------------------------
+
+unit = st.lists(st.floats(-1.0, 1.0), min_size=3, max_size=3).filter(lambda a: 1e-3 < sum(x * x for x in a) <= 3.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    runs=st.lists(st.lists(st.tuples(unit, st.booleans()), min_size=1, max_size=8), min_size=2, max_size=3),
+    offered=st.lists(unit, min_size=1, max_size=4),
+    window=st.integers(0, 9),
+    alpha=st.sampled_from([1.0, 0.1]),
+    ridge=st.sampled_from([1.0, 0.5]),
+)
+def test_indices_match_the_slow_reference(
+    runs: list[list[tuple[list[float], bool]]], offered: list[list[float]], window: int, alpha: float, ridge: float
+) -> None:
+    length = min(len(run) for run in runs)
+    histories = [[list(a) for a, _ in run[:length]] for run in runs]
+    converted = [[y for _, y in run[:length]] for run in runs]
+    actions = np.array([offered] * len(runs))
+    for name, form in [("linucb", "paper"), ("linucb", "released"), *(("otf-linucb", f) for f in FORMS)]:
+        params = {"alpha": alpha, "lam": ridge, ("form" if name == "linucb" else "correction"): form}
+        stats = build_stats(name, params, histories, converted, window)
+        ours = make_contextual_policy(name, params).index(stats, actions)
+        for r in range(len(runs)):
+            for k, action in enumerate(offered):
+                expected = ref_index(name, form, histories[r], converted[r], window, action, alpha, ridge)
+                assert ours[r, k] == pytest.approx(expected, rel=1e-9, abs=1e-9), (name, form, r, k)
+
+
+# --- properties -------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(history=st.lists(unit, min_size=1, max_size=10), window=st.integers(1, 12), probe=unit)
+def test_frozen_bounds_exact_and_cauchy_schwarz_bounds_exact(history: list[list[float]], window: int, probe) -> None:
+    converted = [[False] * len(history)]
+    sums_of = {form: build_stats("otf-linucb", {"correction": form}, [history], converted, window) for form in FORMS}
+    s = {}
+    for form in ("exact", "frozen", "cs"):
+        policy = make_contextual_policy("otf-linucb", {"correction": form})
+        s[form] = policy.window_sum(sums_of[form], _ridge(sums_of[form]))[0]
+    assert 0.0 <= s["exact"] <= s["frozen"] + 1e-12
+    assert s["exact"] <= s["cs"] + 1e-12
+
+
+@settings(max_examples=30, deadline=None)
+@given(history=st.lists(st.tuples(unit, st.booleans()), min_size=0, max_size=10), offered=st.lists(unit, min_size=1))
+def test_nothing_pending_means_no_correction(
+    history: list[tuple[list[float], bool]], offered: list[list[float]]
+) -> None:
+    """m = 0 (or an empty window): OTFLinUCB is LinUCB, in every servable form."""
+    actions = [list(a) for a, _ in history] or []
+    converted = [[y for _, y in history]]
+    naive = make_contextual_policy("linucb", {})
+    for form in ("exact", "frozen", "cs", "none"):
+        stats = (
+            build_stats("otf-linucb", {"correction": form}, [actions], converted, 0)
+            if actions
+            else LinearStats.empty(1, 3)
+        )
+        assert stats.window_count[0] == 0 and stats.window_footprint[0] == 0.0
+        corrected = make_contextual_policy("otf-linucb", {"correction": form}).index(stats, np.array([offered]))
+        np.testing.assert_array_equal(corrected, naive.index(stats, np.array([offered])))
+
+
+def test_released_forms_agree_without_a_window_at_unit_ridge() -> None:
+    """The authors' ablation sqrt(β + sqrt λ) equals their OTFLinUCB's sqrt(β + λ) with no window at λ = 1."""
+    stats = oracle_stats("otf-linucb", {"correction": "released"}, 0)
+    corrected = make_contextual_policy("otf-linucb", {"correction": "released"}).index(stats, OFFERED)
+    np.testing.assert_allclose(corrected, make_contextual_policy("linucb", {"form": "released"}).index(stats, OFFERED))
+
+
+@settings(max_examples=30, deadline=None)
+@given(history=st.lists(unit, min_size=0, max_size=8), action=unit, ridge=st.sampled_from([1.0, 0.25, 3.0]))
+def test_footprints_are_norms_after_the_update(history: list[list[float]], action: list[float], ridge: float) -> None:
+    """Sherman–Morrison: sqrt(q/(1+q)) and q/(1+q) (q against V before the action) are its norms against V after."""
+    d = 3
+    after = ref_leverage(ref_v([*history, action], ridge, d), action)
+    stats = build_stats("linucb", {}, [history], [[False] * len(history)], 0) if history else LinearStats.empty(1, d)
+    offered = np.array([[action]])
+    frozen = make_contextual_policy("otf-linucb", {"correction": "frozen", "lam": ridge})
+    assert frozen.choose(stats, offered, np.random.default_rng(0)).footprint[0] == pytest.approx(math.sqrt(after))
+    sampling = make_contextual_policy("otf-lints", {"sigma0": math.sqrt(ridge)})
+    assert sampling.choose_actions(stats, offered, np.random.default_rng(0)).footprint[0] == pytest.approx(after)
+
+
+def test_thompson_propensity_is_an_estimate_of_the_sampling_law() -> None:
+    """The logged propensity matches the frequency of each action over many decisions from the same state,
+    and repeats for the same state (its generator is seeded by the state, not the decision's)."""
+    stats = oracle_stats("otf-lints", {}, 2)
+    policy = make_contextual_policy("otf-lints", {"propensity_samples": 20_000})
+    rng = np.random.default_rng(5)
+    runs = 4000
+    many = LinearStats(*(np.repeat(getattr(stats, f), runs, axis=0) for f in ("gram", "reward", "decisions",
+                       "window_count", "window_footprint")))  # fmt: skip
+    frequency = np.bincount(policy.choose_actions(many, np.repeat(OFFERED, runs, 0), rng).action, minlength=3) / runs
+    for k in range(3):
+        logged = policy.propensity(stats, OFFERED, np.array([k]))[0]
+        assert logged == pytest.approx(frequency[k], abs=0.03)
+        assert logged == policy.propensity(stats, OFFERED, np.array([k]))[0]
+
+
+def test_batch_runs_decide_independently() -> None:
+    """Runs do not leak into each other: a run's index is the same in a batch as alone."""
+    rng = np.random.default_rng(3)
+    histories = rng.normal(size=(3, 6, 4)) / 2
+    converted = rng.random((3, 6)) < 0.5
+    offered = rng.normal(size=(3, 5, 4)) / 2
+    for name, params in [("otf-linucb", {"correction": "exact"}), ("otf-linucb", {"correction": "cs"}), ("linucb", {})]:
+        batch = make_contextual_policy(name, params).index(
+            build_stats(name, params, histories.tolist(), converted.tolist(), 3), offered
+        )
+        for r in range(3):
+            alone = build_stats(name, params, histories[r : r + 1].tolist(), converted[r : r + 1].tolist(), 3)
+            np.testing.assert_allclose(
+                batch[r : r + 1], make_contextual_policy(name, params).index(alone, offered[r : r + 1])
+            )
+
+
+def test_parameters_are_validated_and_contextual_names_refused_by_the_arm_policies() -> None:
+    with pytest.raises(ValueError, match="correction must be one of"):
+        make_contextual_policy("otf-linucb", {"correction": "bogus"})
+    with pytest.raises(ValueError, match="no parameter 'sigma0'"):
+        make_contextual_policy("linucb", {"sigma0": 1})
+    with pytest.raises(ValueError, match="alpha must be"):
+        make_contextual_policy("linucb", {"alpha": -1})
+    with pytest.raises(ValueError, match="alpha must be"):
+        make_contextual_policy("linucb", {"alpha": True})
+    with pytest.raises(ValueError, match="unknown contextual policy"):
+        make_contextual_policy("ucb1", {})
+    with pytest.raises(ValueError, match="is contextual"):
+        make_policy("otf-linucb", {}, 3)
+    with pytest.raises(ValueError, match="needs the window's actions"):
+        make_contextual_policy("otf-linucb", {"correction": "exact"}).index(
+            LinearStats(np.zeros((1, 2, 2)), np.zeros((1, 2)), np.zeros(1), np.zeros(1), np.zeros(1)), OFFERED
+        )
