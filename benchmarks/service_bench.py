@@ -131,8 +131,8 @@ async def fill_history(prefix: str, campaign_id: str) -> None:
     histogram = Histogram(arm, np.tile(buckets, arms), count, count * (width // 2),
                           (count * 0.05).astype(np.int64), moments)  # fmt: skip
     pulls = np.bincount(arm, count, minlength=arms).astype(np.int64) + 10_000
-    counters = Counters(int(pulls.sum()), pulls, np.round(pulls * np.linspace(0.02, 0.06, arms)),
-                        np.full(arms, 10_000, dtype=np.int64))  # fmt: skip
+    sums = np.round(pulls * np.linspace(0.02, 0.06, arms))
+    counters = Counters(int(pulls.sum()), pulls, sums, np.full(arms, 10_000, dtype=np.int64), sums.astype(np.int64))
     await store.replace_state(campaign, counters, histogram, {})
     await store.close()
 

@@ -58,7 +58,7 @@ def snapshot(conversions: list[float]) -> StateSnapshot:
     empty = np.zeros(0, dtype=np.int64)
     histogram = Histogram(empty, empty, empty, empty, empty, np.zeros((0, 1)))
     ints = np.zeros(4, dtype=np.int64)
-    return StateSnapshot(Counters(10, ints + 5, np.array(conversions, dtype=np.float64), ints), histogram)
+    return StateSnapshot(Counters(10, ints + 5, np.array(conversions, dtype=np.float64), ints, ints), histogram)
 
 
 @pytest.mark.parametrize("floor", [0.0, 0.1])
@@ -93,11 +93,10 @@ def test_it_serves_only_the_statistics_it_was_computed_from_and_at_most_its_limi
     standing.draw(3, np.random.default_rng(24))
     assert standing.serves(home, state, 2) and not standing.serves(home, state, 3)  # its limit, in decisions
     counters = state.counters
-    same_counts = StateSnapshot(Counters(11, counters.pulls + 1, np.array([1.0, 2, 3, 4]), counters.matured),
-                                state.histogram)  # fmt: skip
+    rest = (counters.matured, counters.counted)
+    same_counts = StateSnapshot(Counters(11, counters.pulls + 1, np.array([1.0, 2, 3, 4]), *rest), state.histogram)
     assert standing.serves(home, same_counts, 1)  # more pulls and rounds: the staleness a batch already has
-    converted = StateSnapshot(Counters(11, counters.pulls, np.array([1.0, 2, 3, 5]), counters.matured),
-                              state.histogram)  # fmt: skip
+    converted = StateSnapshot(Counters(11, counters.pulls, np.array([1.0, 2, 3, 5]), *rest), state.histogram)
     assert not standing.serves(home, converted, 1)  # a counted conversion changes S
     assert not standing.serves(home, snapshot([1, 2, 3, 4]), 1)  # another histogram read (Ñ)
     assert not standing.serves(campaign(), state, 1)  # the configuration was reloaded or changed

@@ -23,7 +23,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
     weight = seen.tail_weight
     if weight is not None:
         weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
-    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending, seen.reward_max)
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
@@ -63,19 +63,22 @@ def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
-    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending."""
+    """Per arm: pulls, conversions (how many counted), reward (their credited total, value units), effective
+    pulls, estimate (value units per decision), index (the policy's, on rewards scaled to [0, 1], for t =
+    decisions + 1), pending."""
     counters = state.counters
     stats = arm_stats(state, seen)
     policy = campaign.policy_impl
     effective = policy.effective_pulls(stats)[0]
-    estimate = policy.estimate(stats)[0]
+    estimate = policy.estimate(stats)[0] * campaign.reward.max
     index = policy.index(stats)[0]
     arms: dict[str, Any] = {}
     for k, arm in enumerate(campaign.arms):
         defined = effective[k] > EPS_N
         arms[arm] = {
             "pulls": int(counters.pulls[k]),
-            "conversions": _integral(counters.conversions[k]),
+            "conversions": int(counters.counted[k]),
+            "reward": _integral(counters.conversions[k]),
             "effective_pulls": float(effective[k]),
             "estimate": _number(estimate[k]) if defined else None,
             "index": _number(index[k]) if defined else None,

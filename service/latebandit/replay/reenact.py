@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.delays.exposure import bucket_moments, exposure
+from latebandit.delays.exposure import bucket_moments, exposure, scaled_sums
 from latebandit.engine.describe import arm_stats
 from latebandit.engine.feedback import Conversion, prepare
 from latebandit.policies.base import ArmStats
@@ -87,7 +87,8 @@ class History:
             counters = (await self.store.snapshot(self.campaign, math.inf)).counters
             self.changed = False
             pulls = counters.pulls[None, :].astype(np.float64)
-            return ArmStats(pulls, counters.conversions[None, :], pulls, np.array([counters.decisions + 1]))
+            sums = scaled_sums(counters.conversions, self.campaign.reward.max)
+            return ArmStats(pulls, sums[None, :], pulls, np.array([counters.decisions + 1]))
         snapshot = await self.store.snapshot(self.campaign)
         seen = exposure(self.campaign, snapshot, self.now)
         if seen.matured_cells.any():

@@ -25,7 +25,7 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.delays, self.dedup)
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited)
         retired = [self._tagged(campaign, name) for name in RETIRED]
         return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
@@ -34,7 +34,8 @@ class Keys:
 
     def counters(self, campaign: str) -> str:
         """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``w`` the write stamp
-        (campaign_lib.lua's ``stamp_counters``), and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        (campaign_lib.lua's ``stamp_counters``), and per arm ``n:k`` pulls, ``s:k`` S (the credited reward, value
+        units), ``c:k`` counted conversions, ``m:k`` matured."""
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:
@@ -61,6 +62,11 @@ class Keys:
         scored by expiry time (seconds), so old entries can be dropped in bulk. Named as when it sat beside
         a hash of the same members, so that a deployment's entries carry over."""
         return self._tagged(campaign, "dedup:expiry")
+
+    def credited(self, campaign: str) -> str:
+        """Hash ``cv:<decision id>`` → the reward credited to that counted decision so far, on a campaign whose
+        decisions' conversions add up (``reward.per_decision`` "sum"); an entry leaves with its dedup entry."""
+        return self._tagged(campaign, "credited")
 
     def schedule_names(self) -> tuple[Callable[[str], str], ...]:
         return (self.sched, self.segments, self.starts, self.closed)
