@@ -145,7 +145,7 @@ class CampaignSpec(BaseModel):
         if not isinstance(data, dict) or not isinstance(policy := data.get("policy"), dict):
             return data
         name, params, reward = policy.get("name"), policy.get("params", {}), data.get("reward", {})
-        if name not in POLICIES or "reward_cap" not in POLICIES[name].PARAMS:
+        if not isinstance(name, str) or name not in POLICIES or "reward_cap" not in POLICIES[name].PARAMS:
             return data
         if not isinstance(params, dict) or not isinstance(reward, dict):
             return data

@@ -42,6 +42,8 @@ async def choose(http: httpx.AsyncClient, campaign: str = "shop") -> dict[str, A
         ({**REVENUE, "reward": {"per_decision": "max"}}, "'first' or 'sum'"),
         ({**REVENUE, "reward": {"max": 2.0, "cap": 3}}, "Extra inputs"),
         ({**ANONYMOUS, "reward": {"per_decision": "sum"}}, "totals already"),
+        ({**ANONYMOUS, "policy": {"name": {}}, "reward": {"max": 2.0}}, "policy.name"),  # not a name: no 500
+        ({**ANONYMOUS, "policy": {**ODAAF, "params": [1]}, "reward": [2.0]}, "reward"),
         (
             {
                 **ANONYMOUS,
