@@ -131,8 +131,8 @@ async def fill_history(prefix: str, campaign_id: str) -> None:
     histogram = Histogram(arm, np.tile(buckets, arms), count, count * (width // 2),
                           (count * 0.05).astype(np.int64), moments)  # fmt: skip
     pulls = np.bincount(arm, count, minlength=arms).astype(np.int64) + 10_000
-    counters = Counters(int(pulls.sum()), pulls, np.round(pulls * np.linspace(0.02, 0.06, arms)),
-                        np.full(arms, 10_000, dtype=np.int64))  # fmt: skip
+    sums = np.round(pulls * np.linspace(0.02, 0.06, arms))
+    counters = Counters(int(pulls.sum()), pulls, sums, np.full(arms, 10_000, dtype=np.int64), sums.astype(np.int64))
     await store.replace_state(campaign, counters, histogram, {})
     await store.close()
 
@@ -148,9 +148,12 @@ def forget_keys(prefix: str) -> None:
         client.delete(key)
 
 
-def feedback_bodies(campaign: Campaign, batch: int, batches: int) -> list[bytes]:
-    """``batches`` requests of ``batch`` conversions of distinct decisions, signed before the clock starts
-    (the load generator shares the machine: it must not sign while the server is measured)."""
+def feedback_bodies(
+    campaign: Campaign, batch: int, batches: int, purchases: int = 1, value: float = 1.0
+) -> list[bytes]:
+    """``batches`` requests of ``batch`` conversions, signed before the clock starts (the load generator shares
+    the machine: it must not sign while the server is measured): ``purchases`` conversions of ``value`` per
+    decision, each with its own event id (the later ones are repeats, which a ``sum`` campaign credits)."""
     signer = TokenSigner(SECRET)
     now = wall_clock()
     occurred = format_time(now)
@@ -158,11 +161,12 @@ def feedback_bodies(campaign: Campaign, batch: int, batches: int) -> list[bytes]
     bodies = []
     for _ in range(batches):
         events = []
-        for _ in range(batch):
+        for _ in range(batch // purchases):
             n = next(serial)
             token = DecisionToken(campaign.id, n % len(campaign.arms), now - (n % 3600) * MICROS, 1, new_nonce())
-            events.append({"type": "conversion", "event_id": f"ev{n}", "decision_id": signer.sign(token),
-                           "occurred_at": occurred})  # fmt: skip
+            decision_id = signer.sign(token)
+            events += [{"type": "conversion", "event_id": f"ev{n}-{k}", "decision_id": decision_id,
+                        "occurred_at": occurred, "value": value} for k in range(purchases)]  # fmt: skip
         bodies.append(post("/feedback", orjson.dumps({"events": events})))
     return bodies
 

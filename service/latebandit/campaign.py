@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -38,12 +38,36 @@ MIN_WINDOW_SECONDS = 1.0
 MAX_WINDOW_SECONDS = 10 * 365 * 86_400.0
 MAX_EXACT_DECAY = 30.0
 DEFAULT_LATENESS_SECONDS = 3600.0
+# The largest reward of one decision on a campaign whose policy learns from attributed conversions: S, at most
+# max·pulls with pulls < 2^63, stays below 1e220, far inside float range (a planning campaign's sums are
+# bounded by store/schedule.py's CREDIT_LIMIT instead, so its ``max`` may be any finite number).
+MAX_ATTRIBUTED_REWARD = 1e200
 
 
 class CampaignStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"
     ARCHIVED = "archived"  # ended: no decisions, late feedback until ``feedback_until``, then its state goes
+
+
+class RewardSpec(BaseModel):
+    """How a decision's conversions make its reward: ``max`` is the most one decision earns (value units); with
+    ``first`` its first conversion's value counts (at max 1, a Bernoulli reward), with ``sum`` the values of
+    its conversions add up, capped at ``max``. Policies learn on value / max, in [0, 1]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max: float = Field(default=1.0, gt=0.0, allow_inf_nan=False, description="the largest reward of one decision")
+    per_decision: Literal["first", "sum"] = "first"
+
+    @property
+    def sums(self) -> bool:
+        return self.per_decision == "sum"
+
+    def credit(self, value: float, credited: float) -> float:
+        """What a later conversion of ``value`` adds to a decision already credited ``credited``: never
+        negative, never past ``max`` (``max - credited`` may round below 0 once the cap is reached)."""
+        return max(0.0, min(value, self.max - credited))
 
 
 class PolicySpec(BaseModel):
@@ -115,6 +139,29 @@ class CampaignSpec(BaseModel):
         description="planning policies: how long after a segment's end its feedback is taken as complete; every "
         "campaign: how long after its window an archived campaign still records conversions",
     )  # fmt: skip
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reward_cap(cls, data: Any) -> Any:
+        """An anonymous policy's ``reward_cap`` param is the old name of ``reward.max``: either gives both
+        (the policy divides by its param), and both given and different is an error. Left to the checks
+        after when the body's parts are not what they should be."""
+        if not isinstance(data, dict) or not isinstance(policy := data.get("policy"), dict):
+            return data
+        name, params, reward = policy.get("name"), policy.get("params", {}), data.get("reward", {})
+        if not isinstance(name, str) or name not in POLICIES or "reward_cap" not in POLICIES[name].PARAMS:
+            return data
+        if not isinstance(params, dict) or not isinstance(reward, dict):
+            return data
+        cap, most = params.get("reward_cap"), reward.get("max")
+        if cap is not None and most is not None and cap != most:
+            raise ValueError(f"reward.max ({most!r}) and policy param reward_cap, its old name, ({cap!r}) differ")
+        if most is not None:
+            return {**data, "policy": {**policy, "params": {**params, "reward_cap": most}}}
+        if cap is not None:
+            return {**data, "reward": {**reward, "max": cap}}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -153,12 +200,23 @@ class CampaignSpec(BaseModel):
                 f"policy {self.policy.name!r} with estimator 0 (the paper's band estimator) needs per-pull delays "
                 "by round age, which only the simulator keeps; the service supports estimator 1 (the default)"
             )
+        self._check_reward(policy)
         if POLICIES[self.policy.name].delay_corrected:
             if model.family == "unknown":
                 raise ValueError(f"policy {self.policy.name!r} needs a delay CDF; give a delay model")
             if float(model.cdf(self.window)) <= 0.0:
                 raise ValueError("the delay model puts no conversion inside the window: none could ever count")
         return self
+
+    def _check_reward(self, policy: Policy) -> None:
+        if isinstance(policy, SchedulePolicy):
+            if self.reward.sums:
+                raise ValueError(
+                    f"reward.per_decision 'sum': policy {self.policy.name!r} learns from aggregates, which are "
+                    "totals already; an attributed conversion to it is one decision's whole reward ('first')"
+                )
+        elif self.reward.max > MAX_ATTRIBUTED_REWARD:
+            raise ValueError(f"reward.max must be at most {MAX_ATTRIBUTED_REWARD:g}")
 
     @property
     def seconds_per_slot(self) -> float | None:

@@ -88,8 +88,9 @@ def arm_gauge(name: str, documentation: str, *labels: str) -> Gauge:
     return Gauge(name, documentation, ["campaign", "arm", *labels], multiprocess_mode="mostrecent")
 
 
-ARM_ESTIMATE = arm_gauge("latebandit_arm_estimate", "Policy estimate per arm")
-ARM_INDEX = arm_gauge("latebandit_arm_index", "Policy index per arm")
+ARM_ESTIMATE = arm_gauge("latebandit_arm_estimate", "Policy estimate per arm (value units per decision)")
+ARM_INDEX = arm_gauge("latebandit_arm_index", "Policy index per arm (on rewards scaled to [0, 1]: value / reward.max)")
+ARM_REWARD = arm_gauge("latebandit_arm_reward", "Reward credited per arm (value units)")
 ARM_EFFECTIVE = arm_gauge(
     "latebandit_arm_effective_pulls",
     "Delay-corrected pull count per arm",
@@ -313,7 +314,7 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
         if labels is None:
             continue
         for gauge, key in ((ARM_EFFECTIVE, "effective_pulls"), (ARM_PENDING, "pending"),
-                           (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index"),
+                           (ARM_ESTIMATE, "estimate"), (ARM_INDEX, "index"), (ARM_REWARD, "reward"),
                            (ARM_PENDING_AGE, "pending_age")):  # fmt: skip
             if key in row:  # the pending age comes with histogram reads only, not with GET /state
                 value = row[key]

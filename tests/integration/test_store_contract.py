@@ -18,13 +18,17 @@ from latebandit.store.base import CampaignRefused, DecisionStatus, PreparedConve
 from latebandit.store.keys import Keys
 from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
+from latebandit.store.schedule import Uncredited
 from latebandit.timeutil import MICROS
 from tests.conftest import delete_keys
 
 T0 = 1_800_000_000_000_000  # a fixed epoch in µs; the stores never read a clock except for key expiry
 
 
-def make_campaign(campaign_id: str = "c1", delay: dict | None = None) -> Campaign:
+REVENUE = {"max": 250.0, "per_decision": "sum"}
+
+
+def make_campaign(campaign_id: str = "c1", delay: dict | None = None, reward: dict | None = None) -> Campaign:
     return Campaign(
         id=campaign_id,
         arms=["a", "b", "c"],
@@ -32,6 +36,7 @@ def make_campaign(campaign_id: str = "c1", delay: dict | None = None) -> Campaig
         delay=delay or {"family": "exponential", "mean": 3600},
         window=86_400,
         created_at=T0,
+        **({} if reward is None else {"reward": reward}),
     )
 
 
@@ -135,6 +140,58 @@ async def test_conversion_outcomes(store: StateStore) -> None:
     again = await store.apply_conversions(campaign, events)
     assert set(again) == {Outcome.DUPLICATE} | {Outcome.REPEAT, Outcome.CENSORED, Outcome.STALE} & set(again)
     assert (await store.snapshot(campaign)).counters.conversions.tolist() == [0.0, 2.0, 0.0]
+
+
+def valued(event: PreparedConversion, value: float) -> PreparedConversion:
+    return PreparedConversion(**{**event.__dict__, "value": value})
+
+
+async def test_a_sum_campaign_adds_a_decisions_conversions_up_to_its_max(store: StateStore) -> None:
+    """Revenue: the first conversion counts, each later one (new event id) adds its value as a repeat until the
+    decision's reward reaches max; a retried event id adds nothing; censored and stale ones add nothing."""
+    campaign = make_campaign(reward=REVENUE)
+    await store.create_campaign(campaign, {})
+    for i in range(3):
+        await store.record_decision(campaign, pull(campaign, 1, T0 + i, f"d{i}"), None, 60)
+    events = [
+        valued(conversion(campaign, "d0", 1, T0, "e1"), 100.0),  # counted: 100
+        valued(conversion(campaign, "d0", 1, T0, "e2"), 120.0),  # repeat: 220
+        valued(conversion(campaign, "d0", 1, T0, "e2"), 120.0),  # duplicate event id: nothing
+        valued(conversion(campaign, "d0", 1, T0, "e3"), 80.0),  # repeat: capped at 250, adds 30
+        valued(conversion(campaign, "d0", 1, T0, "e4"), 5.0),  # repeat at the cap: adds nothing
+        valued(conversion(campaign, "d1", 1, T0, "e5"), 250.5),  # above max: refused, not remembered
+        valued(conversion(campaign, "d1", 1, T0, "e5"), 40.0),  # the same id resent in range: counted
+        valued(conversion(campaign, "d1", 1, T0, "e6", censored=True), 60.0),  # censored: nothing
+        valued(conversion(campaign, "d2", 1, T0, "e7", counts=False), 60.0),  # stale
+        valued(conversion(campaign, "d2", 1, T0, "e8", counts=False), 60.0),  # a stale decision's repeat: nothing
+    ]
+    outcomes = await store.apply_conversions(campaign, events)
+    assert outcomes == [
+        Outcome.COUNTED, Outcome.REPEAT, Outcome.DUPLICATE, Outcome.REPEAT, Outcome.REPEAT,
+        Uncredited.VALUE_OUT_OF_RANGE, Outcome.COUNTED, Outcome.CENSORED, Outcome.STALE, Outcome.REPEAT,
+    ]  # fmt: skip
+    state = await store.snapshot(campaign)
+    assert state.counters.conversions.tolist() == [0.0, 290.0, 0.0]
+    assert state.counters.counted.tolist() == [0, 2, 0]
+    assert int(state.histogram.converted.sum()) == 2  # converted pulls, whatever their conversions add
+    assert await store.apply_conversions(campaign, events[:5]) == [Outcome.DUPLICATE] * 5  # a retry adds nothing
+    more = await store.apply_conversions(campaign, [valued(conversion(campaign, "d1", 1, T0, "e9"), 300.0)])
+    assert more == [Uncredited.VALUE_OUT_OF_RANGE]
+    assert (await store.snapshot(campaign)).counters.conversions.tolist() == [0.0, 290.0, 0.0]
+
+
+async def test_a_first_campaign_counts_a_decisions_first_value_up_to_its_max(store: StateStore) -> None:
+    """reward.max without sum: values up to max are taken, a repeat adds nothing (today's rule, scaled)."""
+    campaign = make_campaign(reward={"max": 250.0})
+    await store.create_campaign(campaign, {})
+    await store.record_decision(campaign, pull(campaign, 0, T0, "d0"), None, 60)
+    events = [
+        valued(conversion(campaign, "d0", 0, T0, "e1"), 200.0),
+        valued(conversion(campaign, "d0", 0, T0, "e2"), 40.0),
+    ]
+    assert await store.apply_conversions(campaign, events) == [Outcome.COUNTED, Outcome.REPEAT]
+    counters = (await store.snapshot(campaign)).counters
+    assert (counters.conversions.tolist(), counters.counted.tolist()) == ([200.0, 0.0, 0.0], [1, 0, 0])
 
 
 async def test_first_conversions_of_counted_pulls_fill_the_delay_histogram(store: StateStore) -> None:
@@ -301,32 +358,39 @@ operations = st.lists(
         st.tuples(
             st.just("convert"),
             st.integers(0, 30),  # which decision (by order; missing ones are attributed all the same)
-            st.sampled_from([None, "e1", "e2", "e3"]),
-            st.sampled_from([0.0, 0.1, 0.7, 1.0]),
+            st.sampled_from([None, "e1", "e2", "e3", "e4"]),
+            st.sampled_from([0.0, 0.1, 0.7, 1.0, 1.5]),  # times the campaign's reward.max
             st.booleans(),  # censored
             st.integers(0, 63),  # delay bucket
             st.booleans(),  # counts (a counted pull of the current version)
         ),
         st.tuples(st.just("pause"), st.booleans()),
         st.tuples(st.just("fold")),
+        st.tuples(st.just("wait"), st.sampled_from([1800, 3601])),  # seconds: past a dedup entry's 3600 s
     ),
     max_size=40,
 )
 
 
+@pytest.mark.parametrize("reward", [None, REVENUE], ids=["first", "sum"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
-async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, steps: list[tuple]) -> None:
-    """The Lua scripts and the memory store must be one semantics: same outcomes, same state, same audit."""
+async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, reward: dict | None, steps: list[tuple]) -> None:
+    """The Lua scripts and the memory store must be one semantics: same outcomes, same state, same audit; on a
+    sum campaign too, through dedup entries (and the credited rewards kept with them) expiring."""
     prefix = f"lbprop{uuid.uuid4().hex[:10]}"
-    redis_store = RedisStore(redis_url, prefix, clock=lambda: T0)
-    stores: list[StateStore] = [MemoryStore(clock=lambda: T0), redis_store]
-    campaign = make_campaign()
+    clocks = [[T0], [T0]]
+    redis_store = RedisStore(redis_url, prefix, clock=lambda: clocks[1][0])
+    stores: list[StateStore] = [MemoryStore(clock=lambda: clocks[0][0]), redis_store]
+    campaign = make_campaign(reward=reward)
     seen: list[list[object]] = [[], []]
     try:
         for position, store in enumerate(stores):
             await store.create_campaign(campaign, {"type": "campaign"})
             for step in steps:
+                if step[0] == "wait":
+                    clocks[position][0] += step[1] * MICROS
+                    continue
                 seen[position].append(await _apply(store, campaign, step))
             state = await store.snapshot(campaign)
             audit = [r for entry in await store.read_audit("c1", 1000) for r in entry.records]
@@ -336,6 +400,7 @@ async def test_memory_and_redis_agree_on_any_sequence(redis_url: str, steps: lis
             )
             counters = state.counters
             seen[position] += [counters.decisions, counters.pulls.tolist(), counters.conversions.tolist()]
+            seen[position] += [counters.counted.tolist()]
             seen[position] += [counters.matured.tolist(), sorted(cells), audit, state.delay_counts().tolist()]
         assert seen[0] == seen[1]
     finally:
@@ -348,13 +413,14 @@ async def _apply(store: StateStore, campaign: Campaign, step: tuple) -> object:
     if kind == "decide":
         _, arm, seconds, request_id = step
         at = T0 - seconds * 1_000_000
-        result = await store.record_decision(campaign, pull(campaign, arm, at, f"d{at}-{arm}"), request_id, 60)
+        # a request id outlives the waits: Redis expires it by its own clock, the memory store by the test's
+        result = await store.record_decision(campaign, pull(campaign, arm, at, f"d{at}-{arm}"), request_id, 86_400)
         return (result.status, result.decision_id)
     if kind == "convert":
         _, which, event_id, value, censored, delay_bucket, counts = step
         at = T0 - which * 3_600_000_000
         event = conversion(campaign, f"d{which}", which % 3, at, event_id, censored=censored, counts=counts)
-        changed = {**event.__dict__, "value": value, "delay_bucket": delay_bucket}
+        changed = {**event.__dict__, "value": value * campaign.reward.max, "delay_bucket": delay_bucket}
         try:
             return await store.apply_conversions(campaign, [PreparedConversion(**changed)])
         except CampaignRefused as refused:
@@ -394,6 +460,14 @@ async def test_what_each_script_keeps_is_bounded(redis_url: str, redis_prefix: s
         assert await client.hlen(keys.cells("c1")) > 0
         await store.fold_matured(campaign, state.histogram.arm, state.histogram.bucket)
         assert await client.hlen(keys.cells("c1")) == 0  # folded cells leave the hash
+        revenue = make_campaign("c2", reward=REVENUE)  # apply_conversions of a sum campaign: credited rewards
+        await store.create_campaign(revenue, {})
+        await store.apply_conversions(revenue, [conversion(revenue, f"d{i}", 0, T0, f"e{i}") for i in range(50)])
+        assert await client.hlen(keys.credited("c2")) == 50
+        clock[0] += 3601 * MICROS  # they leave with their dedup entries
+        await store.apply_conversions(revenue, [conversion(revenue, f"n{i}", 0, T0, f"m{i}") for i in range(50)])
+        assert await client.hlen(keys.credited("c2")) == 50 and await client.zcard(keys.dedup("c2")) == 100
+        assert await client.hget(keys.credited("c2"), "cv:d0") is None
     finally:
         await store.close()
 

@@ -36,7 +36,7 @@ def test_campaigns_and_arms_beyond_the_caps_share_the_other_label(small_caps: No
 
 
 def test_per_arm_gauges_are_not_exported_beyond_the_caps(small_caps: None) -> None:
-    row = {"effective_pulls": 3.0, "pending": 1, "estimate": None, "index": 0.5, "pending_age": 12.0}
+    row = {"effective_pulls": 3.0, "pending": 1, "estimate": None, "index": 0.5, "pending_age": 12.0, "reward": 250.5}
     metrics.publish_arms("capped", {"a": row, "b": row, "c": row})
 
     def value(arm: str) -> float | None:
@@ -47,6 +47,7 @@ def test_per_arm_gauges_are_not_exported_beyond_the_caps(small_caps: None) -> No
     assert estimate is not None and math.isnan(estimate)  # undefined: NaN, not a made-up number
     pending_age = REGISTRY.get_sample_value("latebandit_arm_pending_age_seconds", {"campaign": "capped", "arm": "a"})
     assert pending_age == 12.0
+    assert REGISTRY.get_sample_value("latebandit_arm_reward", {"campaign": "capped", "arm": "a"}) == 250.5
 
 
 def test_observe_all_exports_what_observing_one_by_one_exports() -> None:

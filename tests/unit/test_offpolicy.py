@@ -252,3 +252,18 @@ def test_rewards_count_within_the_window_and_stay_unknown_while_it_is_open() -> 
     assert [d.reward for d in log.decisions] == [1.0, 0.0, 0.0, None]  # d2 converted after its 30 s window
     cut = read_campaign_log(lines, None, round(25 * MICROS))
     assert [d.reward for d in cut.decisions] == [None, None, None]  # --at cuts the log: windows still open
+
+
+def test_a_revenue_log_rewards_a_decision_with_its_values_in_value_units() -> None:
+    """``sum``: a decision's conversions within the window add up, capped at max; ``first``: the first counts."""
+    values = [(1, 10, 120.0), (1, 12, 100.0), (1, 50, 70.0), (2, 5, 200.0), (2, 6, 80.0), (3, 4, 30.0)]
+    events = [{**conversion(n, occurred), "event_id": f"e{n}-{occurred}", "value": value}
+              for n, occurred, value in values]  # fmt: skip
+    decisions = [decision(1, "a", 1), decision(2, "b", 2), decision(3, "a", 3), decision(4, "b", 4)]
+    revenue = campaign_line(reward={"max": 250.0, "per_decision": "sum"})
+    log = read_campaign_log([revenue, *decisions, *events], None, None)
+    assert [d.reward for d in log.decisions] == [220.0, 250.0, 30.0, 0.0]  # d1's third is after its window
+    first = campaign_line(reward={"max": 250.0})
+    assert [d.reward for d in read_campaign_log([first, *decisions, *events], None, None).decisions] == [
+        120.0, 200.0, 30.0, 0.0
+    ]  # fmt: skip

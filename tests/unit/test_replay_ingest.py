@@ -26,13 +26,15 @@ OPTIONS = EngineOptions(max_skew=SETTINGS.max_skew, dedup_retention=SETTINGS.ded
 ATTRIBUTED = CampaignSpec(id="attributed", arms=["a", "b"], policy={"name": "adapt-patient-bandits"}, window=1.0)
 ODAAF = {"name": "odaaf", "params": {"mean_delay": 0, "horizon": 1000}}
 PLANNING = CampaignSpec(id="planning", arms=["a", "b", "c"], policy=ODAAF, window=1.0, allowed_lateness=3600.0)
+REVENUE = CampaignSpec(id="revenue", arms=["a", "b"], policy={"name": "klucb"}, window=1.0,
+                       reward={"max": 250.0, "per_decision": "sum"})  # fmt: skip
 
 
 def at(seconds: float) -> str:
     return format_time(T0 + round(seconds * MICROS))
 
 
-@pytest.mark.parametrize("spec", [ATTRIBUTED, PLANNING], ids=lambda spec: spec.id)
+@pytest.mark.parametrize("spec", [ATTRIBUTED, PLANNING, REVENUE], ids=lambda spec: spec.id)
 async def test_a_replay_of_the_audit_queue_ends_in_the_live_state(spec: CampaignSpec) -> None:
     now = [T0]
     store = MemoryStore(clock=lambda: now[0])
@@ -43,8 +45,9 @@ async def test_a_replay_of_the_audit_queue_ends_in_the_live_state(spec: Campaign
         now[0] = T0 + second * MICROS
         if second % 3 == 0:  # the previous decision converted, within the window
             event = {"type": "conversion", "decision_id": decisions[-1], "occurred_at": at(second - 0.5),
-                     "event_id": f"e{second}"}  # fmt: skip
-            await engine.feedback([event, event])  # a duplicate too
+                     "event_id": f"e{second}", "value": 0.6 * spec.reward.max}  # fmt: skip
+            again = {**event, "event_id": f"f{second}", "occurred_at": at(second - 0.25)}  # a repeat: capped on sum
+            await engine.feedback([event, event, again])  # a duplicate too
         decisions.append((await engine.choose(spec.id)).decision_id)
     late = [{"type": "conversion", "decision_id": decisions[second - 1], "occurred_at": at(second + 0.25)}
             for second in range(1, 20, 4)]  # fmt: skip
@@ -58,7 +61,10 @@ async def test_a_replay_of_the_audit_queue_ends_in_the_live_state(spec: Campaign
     replayer = Replayer(None, SETTINGS)
     await replayer.apply_all(record_to_line(record) for entry in entries for record in entry.records)
 
-    assert await replayer.state(spec.id, now[0]) == await engine.state(spec.id, now[0])
+    live = await engine.state(spec.id, now[0])
+    assert await replayer.state(spec.id, now[0]) == live
+    if spec.reward.sums:  # 13 decisions converted twice, 0.6 max each time: each reward capped at max
+        assert [sum(row[name] for row in live["arms"].values()) for name in ("conversions", "reward")] == [13, 3250]
     late_ids = {event["decision_id"] for event in late}
     assert late_ids.isdisjoint(replayer.decisions)  # forgotten by the time their conversions came
     if campaign.plays_schedule:  # read as aggregates over their instants, they need no decision

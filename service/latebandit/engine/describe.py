@@ -23,7 +23,7 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
     weight = seen.tail_weight
     if weight is not None:
         weight = weight + np.maximum(state.counters.pulls - seen.pulls_seen, 0)
-    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending)
+    return campaign_stats(state, seen.effective, seen.delay_exposure, weight, seen.pending, seen.reward_max)
 
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
@@ -63,14 +63,15 @@ def delay_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict
 
 
 def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[str, dict[str, Any]]:
-    """Per arm: pulls, conversions, effective pulls, estimate, index (for t = decisions + 1), pending. A
-    retired arm keeps its statistics, read by the policy as if it were still played, has no index (it is
-    ranked no more) and shows ``"retired": true``."""
+    """Per arm: pulls, conversions (how many counted), reward (their credited total, value units), effective
+    pulls, estimate (value units per decision), index (the policy's, on rewards scaled to [0, 1], for t =
+    decisions + 1), pending. A retired arm keeps its statistics, read by the policy as if it were still
+    played, has no index (it is ranked no more) and shows ``"retired": true``."""
     counters = state.counters
     stats = arm_stats(state, seen)
     every = campaign.policy_on_every_arm
     effective = every.effective_pulls(stats)[0]
-    estimate = every.estimate(stats)[0]
+    estimate = every.estimate(stats)[0] * campaign.reward.max
     index = np.full(len(campaign.arms), np.nan)
     index[list(campaign.active_arms)] = campaign.policy_impl.index(campaign.on_active_arms(stats))[0]
     arms: dict[str, Any] = {}
@@ -78,7 +79,8 @@ def arm_rows(campaign: Campaign, state: StateSnapshot, seen: Exposure) -> dict[s
         defined = effective[k] > EPS_N
         arms[arm] = {
             "pulls": int(counters.pulls[k]),
-            "conversions": _integral(counters.conversions[k]),
+            "conversions": int(counters.counted[k]),
+            "reward": _integral(counters.conversions[k]),
             "effective_pulls": float(effective[k]),
             "estimate": _number(estimate[k]) if defined else None,
             "index": _number(index[k]) if defined else None,

@@ -38,6 +38,7 @@ class Exposure:
     pulls_seen: np.ndarray  # (K,) pulls the histogram read holds (matured included)
     delay_exposure: np.ndarray  # (K, delay_tail.BUCKETS) pulls at least as old as each delay bucket's upper edge
     tail_weight: np.ndarray | None = None  # (K,) W = Σ ψ(age) over the window, for a policy with an envelope
+    reward_max: float = 1.0  # the campaign's reward.max: policies see S / reward_max, in [0, 1] a decision
 
 
 def delay_exposure(campaign: Campaign, hist: Histogram, matured: np.ndarray, now: int) -> np.ndarray:
@@ -103,9 +104,17 @@ def exposure(campaign: Campaign, state: StateSnapshot, now: int) -> Exposure:
     pending_age = np.divide(age_sum, pending, out=np.full(arms, np.nan), where=pending > 0)
     seen = state.counters.matured + np.bincount(hist.arm, hist.count, minlength=arms)
     exposed = delay_exposure(campaign, hist, state.counters.matured, now)
-    envelope = campaign.policy_impl.envelope(campaign.on_active_arms(campaign_stats(state, effective, exposed)))
+    most = campaign.reward.max
+    stats = campaign_stats(state, effective, exposed, reward_max=most)
+    envelope = campaign.policy_impl.envelope(campaign.on_active_arms(stats))
     weight = None if envelope is None else window_tail_weight(campaign, hist, matured, now, envelope)
-    return Exposure(effective, pending.astype(np.int64), pending_age, matured, seen.astype(np.int64), exposed, weight)
+    pending_count, seen_count = pending.astype(np.int64), seen.astype(np.int64)
+    return Exposure(effective, pending_count, pending_age, matured, seen_count, exposed, weight, most)
+
+
+def scaled_sums(conversions: np.ndarray, reward_max: float) -> np.ndarray:
+    """S in the policies' units: value / reward.max (the same array at the default max of 1)."""
+    return conversions if reward_max == 1.0 else conversions / reward_max
 
 
 def campaign_stats(
@@ -114,12 +123,15 @@ def campaign_stats(
     exposed: np.ndarray,
     tail_weight: np.ndarray | None = None,
     pending: np.ndarray | None = None,
+    reward_max: float = 1.0,
 ) -> ArmStats:
-    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1."""
+    """One campaign's statistics as the policies take them: a batch of one run, t = decisions + 1, and S in the
+    policies' units, value / ``reward_max`` (the bounded-reward forms of their indices and posteriors need
+    rewards in [0, 1]; at the default max of 1, S itself)."""
     counters = state.counters
     return ArmStats(
         pulls=counters.pulls[None, :].astype(np.float64),
-        conversions=counters.conversions[None, :],
+        conversions=scaled_sums(counters.conversions, reward_max)[None, :],
         effective=effective[None, :],
         t=np.array([counters.decisions + 1]),
         pending=None if pending is None else pending[None, :].astype(np.float64),

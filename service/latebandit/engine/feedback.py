@@ -101,7 +101,7 @@ def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> 
         raise Rejection(Reason.MALFORMED_EVENT, "decision_id is required")
     event_id = _event_id(raw)
     occurred_at = _time(raw, "occurred_at")
-    value = _value(raw, 1.0)
+    value = _value(raw, math.inf)  # at most the campaign's reward.max: the store checks it (and refuses it)
     try:
         token = signer.verify(decision_id)
     except InvalidToken as error:

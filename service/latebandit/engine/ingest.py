@@ -230,11 +230,13 @@ def _refusals_out(
 
 def _out_of_range(campaign: Campaign, event: PreparedConversion | AnonymousEvent) -> Rejection:
     if isinstance(event, PreparedConversion):
-        return Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} is outside [0, 1]")
+        return Rejection(Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} is outside [0, {campaign.reward.max:g}]")
     bounds = RewardBounds.of(campaign)
-    if event.decision_id is not None:  # a conversion read as an aggregate: only the credited total bounds it
+    if event.decision_id is not None:  # a conversion read as an aggregate: one decision's reward, within the total
         return Rejection(
-            Reason.VALUE_OUT_OF_RANGE, f"value {event.value!r} would take the reward credited past {bounds.total:g}"
+            Reason.VALUE_OUT_OF_RANGE,
+            f"value {event.value!r} is more than one decision's reward "
+            f"({bounds.per_decision:g}) or would take the reward credited past {bounds.total:g}",
         )
     detail = (f"value {event.value!r} is more than this campaign's decisions could have produced "
               f"({bounds.per_decision:g} per decision made so far) or would take the reward it credited past "

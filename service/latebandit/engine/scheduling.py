@@ -131,8 +131,9 @@ def _named_by_campaign(campaign: Campaign, plan: Plan) -> Plan:
 
 def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView, as_of: int) -> dict[str, Any]:
     """The state object (docs/reference/) of a planning campaign: per arm the slots (``effective_pulls``) and the
-    reward (``conversions``) credited to its counted segments, closed ones plus the open ones' sums so far;
-    ``policy_state`` shows the plan, the schedule's position and what closed it."""
+    reward (``reward``, value units; ``conversions`` repeats it: an aggregate has a value, not a count) credited
+    to its counted segments, closed ones plus the open ones' sums so far; ``policy_state`` shows the plan, the
+    schedule's position and what closed it."""
     slots = np.zeros(len(campaign.arms))
     reward = np.zeros(len(campaign.arms))
     for arm, (closed_slots, closed_reward) in view.credited.items():
@@ -142,11 +143,12 @@ def describe_schedule(campaign: Campaign, counters: Counters, view: ScheduleView
         if item.segment.counted:
             slots[item.segment.arm] += item.slots
             reward[item.segment.arm] += item.reward
-    cap = campaign.policy_impl.params()["reward_cap"]
+    cap = campaign.reward.max
     arms = {
         arm: {
             "pulls": int(counters.pulls[k]),
             "conversions": float(reward[k]),
+            "reward": float(reward[k]),
             "effective_pulls": float(slots[k]),
             "estimate": float(reward[k] / slots[k] / cap) if slots[k] > 0 else None,
             "index": None,

@@ -110,6 +110,13 @@ class KLUCB(IndexPolicy):
 class Thompson(Policy):
     """Beta-Bernoulli Thompson sampling on the posterior Beta(1 + S, 1 + N − S).
 
+    With rewards in [0, 1] (a campaign's values divided by its ``reward.max``) S is fractional and the posterior
+    is a Beta on the scaled mean, not a Bernoulli draw of each scaled reward (Agrawal and Goyal's trick, which
+    updates the Beta with a coin of probability r): the draw would make the state depend on a random number at
+    each conversion, which neither the stores' counters nor a replay of the audit log could repeat, while the
+    Beta on S is a deterministic function of the counters, equal to today's posterior on 0/1 rewards and with
+    the same mean for any rewards in [0, 1] (its variance is at most the Bernoulli trick's).
+
     The arm is the argmax of one posterior draw from the decision's generator. Its propensity (the chance
     that arm is the posterior argmax) is a function of the posterior alone, so the same state logs the same
     propensity in the service and the simulator whatever the generator did (``win_chances``), and it draws

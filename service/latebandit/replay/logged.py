@@ -1,8 +1,9 @@
 """One campaign's logged traffic as an off-policy evaluation sees it: its counted decisions in time order,
 each with the logged propensity, the conversions the log holds for it, and its reward within the window.
 
-The reward of a decision is the value of its first conversion that occurred within the window (rewards
-are Bernoulli per decision, docs/reference/http-api.md), 0 if none did. It is known only once the window has closed by
+The reward of a decision (value units) is the value of its first conversion that occurred within the window
+(``reward.per_decision`` "first"), or the values of all those added up and capped at ``reward.max`` ("sum",
+as the service credits them), 0 if none did. It is known only once the window has closed by
 the end of the log: a decision younger than the window at the end may still convert, so its reward is
 unknown (``None``) rather than 0 (censored by the log's end, not by the window).
 """
@@ -132,6 +133,6 @@ def _decision(
     reward = None
     if at + campaign.window_us <= end:
         counted = [c.value for c in seen if c.occurred_at - at <= campaign.window_us]
-        reward = counted[0] if counted else 0.0
+        reward = 0.0 if not counted else min(sum(counted), campaign.reward.max) if campaign.reward.sums else counted[0]
     arm = arm_index[line["arm"]]
     return LoggedDecision(line["decision_id"], arm, at, float(propensity), tuple(seen), reward)

@@ -73,7 +73,7 @@ async def rebuild_redis(
         for key, (expires, value) in memory.expiring.items():
             remaining = expires - replayer.latest // MICROS
             if remaining > 0:
-                text = "|".join(map(str, value)) if isinstance(value, tuple) else "1"
+                text = "|".join(map(str, value)) if isinstance(value, tuple) else "1" if value is True else repr(value)
                 expiring[key] = (text, remaining)
         await store.replace_state(
             memory.campaign, snapshot.counters, snapshot.histogram, expiring, snapshot.delays, memory.schedule

@@ -29,7 +29,7 @@ import numpy as np
 
 from latebandit.campaign import ArmsRefused, Campaign
 from latebandit.engine.describe import arm_stats
-from latebandit.engine.exposure import bucket_moments, exposure
+from latebandit.engine.exposure import bucket_moments, exposure, scaled_sums
 from latebandit.engine.feedback import Conversion, prepare
 from latebandit.policies.base import ArmStats
 from latebandit.replay.logged import ArmChange, CampaignLog, LoggedDecision, NotEvaluable
@@ -101,7 +101,8 @@ class History:
             counters = (await self.store.snapshot(self.campaign, math.inf)).counters
             self.changed = False
             pulls = counters.pulls[None, :].astype(np.float64)
-            stats = ArmStats(pulls, counters.conversions[None, :], pulls, np.array([counters.decisions + 1]))
+            sums = scaled_sums(counters.conversions, self.campaign.reward.max)
+            stats = ArmStats(pulls, sums[None, :], pulls, np.array([counters.decisions + 1]))
             return self.campaign.on_active_arms(stats)
         snapshot = await self.store.snapshot(self.campaign)
         seen = exposure(self.campaign, snapshot, self.now)

@@ -65,21 +65,26 @@ class Counters:
 
     decisions: int
     pulls: np.ndarray
-    conversions: np.ndarray  # float: Σ of counted conversion values (each in [0, 1], 1 by default)
+    conversions: np.ndarray  # float S: Σ of credited conversion values, in value units ([0, reward.max] a decision)
     matured: np.ndarray
+    counted: np.ndarray  # int64: the conversions that counted (a decision's first within its window)
 
     @classmethod
     def zeros(cls, arms: int) -> Counters:
         ints = np.zeros(arms, dtype=np.int64)
-        return cls(0, pulls=ints, conversions=np.zeros(arms), matured=ints.copy())
+        return cls(0, pulls=ints, conversions=np.zeros(arms), matured=ints.copy(), counted=ints.copy())
 
     def with_pulls(self, arms: Iterable[int], decisions: int) -> Counters:
-        """These counters with a pull of each of ``arms`` added and the decision count ``decisions``; S and the
-        matured counts shared (unchanged)."""
+        """These counters with a pull of each of ``arms`` added and the decision count ``decisions``; S, the
+        matured and counted conversions shared (unchanged)."""
         pulls = self.pulls.copy()
         for arm in arms:
             pulls[arm] += 1
-        return Counters(decisions, pulls, self.conversions, self.matured)
+        return Counters(decisions, pulls, self.conversions, self.matured, self.counted)
+
+    def copy(self) -> Counters:
+        arrays = (self.pulls, self.conversions, self.matured, self.counted)
+        return Counters(self.decisions, *(array.copy() for array in arrays))
 
 
 @dataclass
@@ -286,8 +291,10 @@ class StateStore(AuditQueue, Protocol):
     async def apply_conversions(
         self, campaign: Campaign, events: list[PreparedConversion]
     ) -> list[Outcome | Uncredited]:
-        """Atomically deduplicate, count and queue for audit one campaign's conversions of a batch; one outcome
-        per event (``Uncredited.VALUE_OUT_OF_RANGE`` for a value outside [0, 1], which changes nothing)."""
+        """Atomically deduplicate, credit and queue for audit one campaign's conversions of a batch; one outcome
+        per event (``Uncredited.VALUE_OUT_OF_RANGE`` for a value outside [0, reward.max], which changes
+        nothing). A decision's first conversion within its window counts (its value credited); on a ``sum``
+        campaign each later one, a repeat, adds ``RewardSpec.credit`` of its value (none once censored)."""
         ...
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:

@@ -31,7 +31,7 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.delays, self.dedup)
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited)
         retired = [self._tagged(campaign, name) for name in RETIRED]
         return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
@@ -48,9 +48,10 @@ class Keys:
         return self._tagged(campaign, "config")
 
     def counters(self, campaign: str) -> str:
-        """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``w`` the write stamp
-        (campaign_lib.lua's ``stamp_counters``), once archived ``archived`` and ``until`` (its archive time and
-        ``feedback_until``, µs), and per arm ``n:k`` pulls, ``s:k`` conversions, ``m:k`` matured."""
+        """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``a`` the arms version (absent:
+        0), ``w`` the write stamp (campaign_lib.lua's ``stamp_counters``), once archived ``archived`` and ``until`` (its archive time and
+        ``feedback_until``, µs), and per arm ``n:k`` pulls, ``s:k`` S (the credited reward, value units), ``c:k``
+        counted conversions, ``m:k`` matured."""
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:
@@ -77,6 +78,11 @@ class Keys:
         scored by expiry time (seconds), so old entries can be dropped in bulk. Named as when it sat beside
         a hash of the same members, so that a deployment's entries carry over."""
         return self._tagged(campaign, "dedup:expiry")
+
+    def credited(self, campaign: str) -> str:
+        """Hash ``cv:<decision id>`` → the reward credited to that counted decision so far, on a campaign whose
+        decisions' conversions add up (``reward.per_decision`` "sum"); an entry leaves with its dedup entry."""
+        return self._tagged(campaign, "credited")
 
     def schedule_names(self) -> tuple[Callable[[str], str], ...]:
         return (self.sched, self.segments, self.starts, self.closed)

@@ -46,9 +46,10 @@ from latebandit.timeutil import MICROS
 _SWEEP_MINIMUM = 1024
 # The outcomes of anonymous events that are audited: those that change nothing but may matter (recorded)
 AUDITED_ANONYMOUS = (Outcome.COUNTED, Outcome.PHASE_CLOSED, Outcome.REPEAT, Outcome.STALE)
-# A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), and for a ``req:`` key
-# the decision that request id got, (decision id, arm, propensity).
-Remembered = bool | tuple[str, int, float]
+# A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), except, on a ``sum``
+# campaign, a float for the ``cv:`` entry of a decision whose first conversion counted: the reward credited to
+# it so far (value units); for a ``req:`` key the decision that request id got, (decision id, arm, propensity).
+Remembered = bool | float | tuple[str, int, float]
 
 
 @dataclass
@@ -166,7 +167,7 @@ class MemoryStore:
         grown = Counters.zeros(arms)
         grown.decisions = counters.decisions
         for mine, theirs in ((grown.pulls, counters.pulls), (grown.conversions, counters.conversions),
-                             (grown.matured, counters.matured)):  # fmt: skip
+                             (grown.matured, counters.matured), (grown.counted, counters.counted)):  # fmt: skip
             mine[: len(theirs)] = theirs
         memory.counters, memory.delays = grown, _grown(memory.delays, arms)
         memory.histogram, memory.stamp = None, memory.stamp + 1  # a new read: statistics of another arm set
@@ -186,7 +187,7 @@ class MemoryStore:
         if max_age <= 0 or memory.histogram is None or now - memory.histogram_at > max_age * MICROS:
             memory.histogram, memory.histogram_at = self._histogram(memory), now
             memory.histogram_read = next(self._reads)
-        counters = _copy(memory.counters)
+        counters = memory.counters.copy()
         version = StateVersion(campaign.version, memory.histogram_read, b"%d" % memory.stamp, counters.decisions)
         return StateSnapshot(counters, memory.histogram, memory.delays.copy(), version)
 
@@ -238,7 +239,7 @@ class MemoryStore:
         cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
         self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [{**pull.record, "seq": counters.decisions}])
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, _copy(counters))
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters.copy())
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
@@ -269,15 +270,23 @@ class MemoryStore:
         return outcomes
 
     def _classify(self, memory: CampaignMemory, event: PreparedConversion) -> Outcome | Uncredited:
-        if not 0.0 <= event.value <= 1.0:  # NaN too: S grows by at most 1 a decision, so it stays finite
+        reward = memory.campaign.reward
+        if not 0.0 <= event.value <= reward.max:  # NaN too: S grows by at most max a decision, so it stays finite
             return Uncredited.VALUE_OUT_OF_RANGE
         if event.event_id is not None and not self._set_new(memory, f"ev:{event.event_id}", event.dedup_ttl):
             return Outcome.DUPLICATE
-        first = self._set_new(memory, f"cv:{event.decision_id}", event.dedup_ttl)
-        if not first:
+        converted = f"cv:{event.decision_id}"
+        credited = self._get(memory, converted)
+        if credited is not None:
             if event.event_id is None:
                 return Outcome.DUPLICATE
-            return Outcome.CENSORED if event.censored else Outcome.REPEAT
+            if event.censored:
+                return Outcome.CENSORED
+            if type(credited) is float and event.counts:  # a sum campaign's counted decision (this policy version's)
+                self._credit_repeat(memory, event, converted, credited)
+            return Outcome.REPEAT
+        counted = event.counts and not event.censored
+        self._set(memory, converted, event.value if counted and reward.sums else True, event.dedup_ttl)
         if event.counts:  # a counted pull's first conversion, censored or not: its delay is data
             memory.delays[event.arm, event.delay_bucket] += 1
             memory.stamp += 1  # the delay counts, and S below, change: statistics of a new version
@@ -286,10 +295,20 @@ class MemoryStore:
         if not event.counts:
             return Outcome.STALE
         memory.counters.conversions[event.arm] += event.value
+        memory.counters.counted[event.arm] += 1
         cell = memory.cells.get((event.arm, event.bucket))
         if cell is not None:
             cell.converted += 1
         return Outcome.COUNTED
+
+    @staticmethod
+    def _credit_repeat(memory: CampaignMemory, event: PreparedConversion, converted: str, credited: float) -> None:
+        """Add a sum campaign's repeat to S and to its decision's credited reward, whose expiry stays."""
+        added = memory.campaign.reward.credit(event.value, credited)
+        if added > 0.0:
+            memory.counters.conversions[event.arm] += added
+            memory.expiring[converted] = (memory.expiring[converted][0], credited + added)
+            memory.stamp += 1  # S changed: statistics of a new version
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
         memory = self._campaigns[campaign.id]
@@ -470,7 +489,7 @@ class MemoryStore:
         if not isinstance(earlier, tuple):  # None: not remembered (``req:`` keys hold decisions only)
             return None
         decision_id, arm, propensity = earlier
-        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, _copy(memory.counters))
+        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, memory.counters.copy())
 
     def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
         """Remember which decision ``request_id`` got (replays restore this for rebuilds)."""
@@ -498,10 +517,6 @@ class MemoryStore:
             return False
         self._set(memory, key, True, ttl)
         return True
-
-
-def _copy(counters: Counters) -> Counters:
-    return Counters(counters.decisions, counters.pulls.copy(), counters.conversions.copy(), counters.matured.copy())
 
 
 def _grown(delays: np.ndarray, arms: int) -> np.ndarray:

@@ -136,21 +136,22 @@ def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
 
 
 def parse_counters(raw: dict[bytes, bytes], arms: int) -> Counters:
-    """The counters hash (``d``, and ``n:``, ``s:``, ``m:`` per arm) as arrays: each field looked up by its
-    name, which a decision's reply makes worth it (a third less than splitting every field's name)."""
-    pulls, sums, matured = _counter_fields(arms)
+    """The counters hash (``d``, and ``n:``, ``s:``, ``m:``, ``c:`` per arm) as arrays: each field looked up by
+    its name, which a decision's reply makes worth it (a third less than splitting every field's name)."""
+    pulls, sums, matured, counted = _counter_fields(arms)
     get = raw.get
     return Counters(
         int(get(b"d", 0)),
         np.array([int(get(field, 0)) for field in pulls], dtype=np.int64),
         np.array([float(get(field, 0)) for field in sums], dtype=np.float64),
         np.array([int(get(field, 0)) for field in matured], dtype=np.int64),
+        np.array([int(get(field, 0)) for field in counted], dtype=np.int64),
     )
 
 
 @functools.cache
 def _counter_fields(arms: int) -> tuple[list[bytes], ...]:
-    return tuple([f"{kind}:{arm}".encode() for arm in range(arms)] for kind in "nsm")
+    return tuple([f"{kind}:{arm}".encode() for arm in range(arms)] for kind in "nsmc")
 
 
 def _stamp(counters: dict[bytes, bytes]) -> bytes:
@@ -573,14 +574,16 @@ class RedisStore:
     async def _apply_chunk(self, campaign: Campaign, events: list[PreparedConversion]) -> list[Outcome | Uncredited]:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [self.keys.dedup(cid), self.keys.delays(cid)]
+        keys += [self.keys.dedup(cid), self.keys.delays(cid), self.keys.credited(cid)]
         params = [
             [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
              repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])
-        args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version, now]
+        reward = campaign.reward
+        args: list[EncodableT] = [now // MICROS, orjson.dumps(params), records, campaign.version]
+        args += [repr(reward.max), int(reward.sums), now]
         raw: list[bytes] = await self._run("apply_conversions", keys, args)
         _raise_refusal(raw)
         return [OUTCOMES[outcome] for outcome in raw]
@@ -727,8 +730,9 @@ class RedisStore:
     ) -> None:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
-        remaining seconds; ``delays`` is the (K, buckets) delay histogram (none: empty); ``schedule``, a
-        planning campaign's schedule as the embedded store keeps it."""
+        remaining seconds (a ``cv:`` entry's value other than "1": its decision's credited reward); ``delays``
+        is the (K, buckets) delay histogram (none: empty); ``schedule``, a planning campaign's schedule as the
+        embedded store keeps it."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
@@ -748,6 +752,8 @@ class RedisStore:
                     pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
                 else:
                     pipe.zadd(self.keys.dedup(cid), {suffix: now + seconds})
+                    if suffix.startswith("cv:") and value != "1":
+                        pipe.hset(self.keys.credited(cid), suffix, value)
             await pipe.execute()
             await self.client.sadd(self.keys.registry(), cid)  # another slot: outside the transaction
         if campaign.archived_at is not None:  # its state goes at the next sweep, if its feedback_until has passed
@@ -887,7 +893,7 @@ def _write_counters(
         mapping |= {"archived": campaign.archived_at, "until": campaign.feedback_until}
     for arm in range(len(campaign.arms)):
         mapping |= {f"n:{arm}": int(counters.pulls[arm]), f"s:{arm}": repr(float(counters.conversions[arm]))}
-        mapping[f"m:{arm}"] = int(counters.matured[arm])
+        mapping |= {f"m:{arm}": int(counters.matured[arm]), f"c:{arm}": int(counters.counted[arm])}
     pipe.hset(key, mapping=mapping)
 
 

@@ -23,7 +23,6 @@ apply_anonymous.lua mirror it line for line, and the same contract tests run aga
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -53,24 +52,24 @@ class Uncredited(StrEnum):
 @dataclass(frozen=True)
 class RewardBounds:
     """What a planning campaign's feedback may credit. ``per_decision``: the largest reward of one decision,
-    the policy's ``reward_cap`` (1 for a policy without one); an aggregate is the total reward of the decisions
-    made before its interval's end, so it is at most ``per_decision`` times the decisions the campaign has
-    counted when it arrives (an upper bound of those: the counters hold the decisions made so far under the
-    current policy version, which is what its schedule credits). ``total``: CREDIT_LIMIT, in value units and
-    (divided by the cap) in the policy's."""
+    the campaign's ``reward.max`` (which its policy's ``reward_cap``, the old name, equals); an aggregate is the
+    total reward of the decisions made before its interval's end, so it is at most ``per_decision`` times the
+    decisions the campaign has counted when it arrives (an upper bound of those: the counters hold the decisions
+    made so far under the current policy version, which is what its schedule credits). ``total``: CREDIT_LIMIT,
+    in value units and (divided by the cap) in the policy's."""
 
     per_decision: float
     total: float
 
     @classmethod
     def of(cls, campaign: Campaign) -> RewardBounds:
-        cap = float(campaign.policy_impl.params().get("reward_cap", 1.0))
+        cap = campaign.reward.max
         return cls(cap, CREDIT_LIMIT * min(1.0, cap))
 
     def admits(self, value: float, decisions: int | None, credited: float) -> bool:
         """Whether ``value`` may be credited on top of ``credited``: an aggregate over the campaign's
-        ``decisions``, or a conversion (None: one decision's, already within [0, 1]). NaN admits nothing."""
-        most = math.inf if decisions is None else self.per_decision * decisions
+        ``decisions``, or a conversion (None: one decision's, at most ``per_decision``). NaN admits nothing."""
+        most = self.per_decision if decisions is None else self.per_decision * decisions
         return 0.0 <= value <= most and credited + value <= self.total
 
 

@@ -19,10 +19,10 @@ local decisions = tonumber(redis.call('HGET', counters, 'd')) or 0
 local total = num('total') or 0  -- all reward credited since the schedule began: written back once, at the end
 
 -- RewardBounds.admits: an aggregate (no decision) is at most the per-decision reward times the decisions
--- counted, a conversion is within [0, 1] already; either keeps the total within the limit. NaN (JSON's null, from
--- Python) admits nothing.
+-- counted, a conversion at most the per-decision reward; either keeps the total within the limit. NaN (JSON's
+-- null, from Python) admits nothing.
 local function admits(value, aggregate)
-  local most = aggregate and per_decision * decisions or math.huge
+  local most = aggregate and per_decision * decisions or per_decision
   return type(value) == 'number' and value >= 0 and value <= most and total + value <= limit
 end
 

@@ -7,9 +7,18 @@
 
 -- Forget up to ``limit`` entries whose expiry has passed (bounded per call, so that a call's cost stays
 -- proportional to its batch, and the set shrinks as fast as traffic adds to it). The set is ordered by
--- expiry: when more than ``limit`` have expired, the ``limit`` lowest ranks are all expired ones.
-local function sweep(expiry, now_s, limit)
-  if redis.call('ZCOUNT', expiry, '-inf', now_s) <= limit then
+-- expiry: when more than ``limit`` have expired, the ``limit`` lowest ranks are all expired ones. ``credited``
+-- (a sum campaign's hash of the reward credited per converted decision, by the same ``cv:`` names; nil for
+-- none) loses the entries the set loses, which the set must then name.
+local function sweep(expiry, now_s, limit, credited)
+  if credited then
+    local gone = redis.call('ZRANGEBYSCORE', expiry, '-inf', now_s, 'LIMIT', 0, limit)
+    for first = 1, #gone, 1000 do  -- unpack's stack is bounded: at most 1000 names a call
+      local part = {unpack(gone, first, math.min(first + 999, #gone))}
+      redis.call('ZREM', expiry, unpack(part))
+      redis.call('HDEL', credited, unpack(part))
+    end
+  elseif redis.call('ZCOUNT', expiry, '-inf', now_s) <= limit then
     redis.call('ZREMRANGEBYSCORE', expiry, '-inf', now_s)
   else
     redis.call('ZREMRANGEBYRANK', expiry, 0, limit - 1)
