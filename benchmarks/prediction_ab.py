@@ -14,29 +14,23 @@ endpoint in the same run. Audit records drain in each worker (inline), the same 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import uuid
 from dataclasses import asdict
 
 import httpx
 import orjson
-import psycopg
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.service_bench import (
     CAMPAIGNS,
-    POSTGRES_ADMIN,
-    REDIS_URL,
     RESULTS,
-    SECRET,
     Figures,
-    forget_keys,
+    deployment,
     load,
     median,
     start,
+    teardown,
 )
 from tests.e2e.server import LATEBANDIT, Server, free_port, stop
 
@@ -61,22 +55,9 @@ def main() -> None:
     args = parser.parse_args()
     workdir = RESULTS / "prediction_ab"
     workdir.mkdir(parents=True, exist_ok=True)
-    prefix, database = f"benchab{uuid.uuid4().hex[:8]}", f"lbbenchab_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
-    env = {
-        **os.environ,
-        "LATEBANDIT_REDIS_URL": REDIS_URL,
-        "LATEBANDIT_REDIS_PREFIX": prefix,
-        "LATEBANDIT_DATABASE_URL": POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database,
-        "LATEBANDIT_SECRET": SECRET,
-        "LATEBANDIT_LOG_LEVEL": "warning",
-        "LATEBANDIT_AUDIT_WRITER": "inline",
-        "BENCH_REDIS_URL": REDIS_URL,
-    }
+    env, prefix, database = deployment("inline")
     servers: dict[str, tuple[Server, int]] = {}
     try:
-        subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
         ports = {variant: free_port() for variant in VARIANTS}
         bare = [sys.executable, "-m", "uvicorn", "benchmarks.bare_app:create_app", "--factory", "--port",
                 str(ports["bare"]), "--no-access-log", "--log-level", "warning"]  # fmt: skip
@@ -104,9 +85,7 @@ def main() -> None:
     finally:
         for server, _ in servers.values():
             stop(server)
-        forget_keys(prefix)
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        teardown(prefix, database)
 
 
 def report(figures: dict[tuple[str, str, int], Figures], args: argparse.Namespace) -> None:

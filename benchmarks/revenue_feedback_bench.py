@@ -15,32 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import uuid
 
 import httpx
 import numpy as np
-import psycopg
 from rich.console import Console
 
 from benchmarks.service_bench import (
     CAMPAIGNS,
     LATEBANDIT,
-    POSTGRES_ADMIN,
-    REDIS_URL,
     RESULTS,
-    SECRET,
     cpu_of,
     cpu_seconds,
+    deployment,
     feedback_bodies,
     feedback_rate,
-    forget_keys,
     free_port,
     paused,
     serve,
     start,
     stop,
+    teardown,
 )
 from latebandit.campaign import Campaign
 from tests.faults import children
@@ -60,22 +54,10 @@ def main() -> None:
     args = parser.parse_args()
     workdir = RESULTS / "run"
     workdir.mkdir(parents=True, exist_ok=True)
-    prefix, database = f"bench{uuid.uuid4().hex[:8]}", f"lbbench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
-    env = {
-        **os.environ,
-        "LATEBANDIT_REDIS_URL": REDIS_URL,
-        "LATEBANDIT_REDIS_PREFIX": prefix,
-        "LATEBANDIT_DATABASE_URL": POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database,
-        "LATEBANDIT_SECRET": SECRET,
-        "LATEBANDIT_LOG_LEVEL": "warning",
-        "LATEBANDIT_AUDIT_WRITER": "external",
-    }
+    env, prefix, database = deployment("external")
     servers = []
     console = Console(width=160)
     try:
-        subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
         latebandit, port = serve(env, 1, workdir)
         servers.append(latebandit)
         writer_port = free_port()
@@ -116,9 +98,7 @@ def main() -> None:
     finally:
         for server in servers:
             stop(server)
-        forget_keys(prefix)
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        teardown(prefix, database)
 
 
 if __name__ == "__main__":

@@ -299,6 +299,36 @@ def busy_load(writer: Server | None, port: int, body: bytes, duration: int, conn
         return figures, cores_used(before, cpu_seconds(), time.monotonic() - started)
 
 
+def deployment(audit: str) -> tuple[dict[str, str], str, str]:
+    """A fresh Redis key prefix and a fresh, migrated PostgreSQL database for one run, and the environment
+    that points the service at them (``teardown`` removes both): the environment, the prefix, the database."""
+    prefix, database = f"bench{uuid.uuid4().hex[:8]}", f"lbbench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{database}"')
+    env = {
+        **os.environ,
+        "LATEBANDIT_REDIS_URL": REDIS_URL,
+        "LATEBANDIT_REDIS_PREFIX": prefix,
+        "LATEBANDIT_DATABASE_URL": POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database,
+        "LATEBANDIT_SECRET": SECRET,
+        "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
+        "BENCH_REDIS_URL": REDIS_URL,
+        "LATEBANDIT_AUDIT_WRITER": audit,
+    }
+    try:
+        subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
+    except subprocess.CalledProcessError:
+        teardown(prefix, database)
+        raise
+    return env, prefix, database
+
+
+def teardown(prefix: str, database: str) -> None:
+    forget_keys(prefix)
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
 def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int]:
     port = free_port()
     command = [*LATEBANDIT, "serve", "--port", str(port), "--workers", str(workers)]
@@ -315,23 +345,10 @@ def main() -> None:
     args = parser.parse_args()
     workdir = RESULTS / "run"
     workdir.mkdir(parents=True, exist_ok=True)
-    prefix, database = f"bench{uuid.uuid4().hex[:8]}", f"lbbench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
-    env = {
-        **os.environ,
-        "LATEBANDIT_REDIS_URL": REDIS_URL,
-        "LATEBANDIT_REDIS_PREFIX": prefix,
-        "LATEBANDIT_DATABASE_URL": POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + database,
-        "LATEBANDIT_SECRET": SECRET,
-        "LATEBANDIT_LOG_LEVEL": "warning",  # no access line per request: the bare endpoint writes none either
-        "BENCH_REDIS_URL": REDIS_URL,
-        "LATEBANDIT_AUDIT_WRITER": args.audit,
-    }
+    env, prefix, database = deployment(args.audit)
     servers: list[Server] = []
     console = Console(width=160)  # the table stays whole when piped to a file or a CI log
     try:
-        subprocess.run([*LATEBANDIT, "migrate"], env=env, check=True, capture_output=True)
         latebandit, lb_port = serve(env, 1, workdir)
         servers.append(latebandit)
         writer_port, writer = free_port(), None
@@ -391,9 +408,7 @@ def main() -> None:
     finally:
         for server in servers:
             stop(server)
-        forget_keys(prefix)
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        teardown(prefix, database)
 
 
 def report(console: Console, choose: dict[tuple[str, int], Figures],
