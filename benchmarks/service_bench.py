@@ -9,9 +9,11 @@ installed, else from the load test's Python client (slower: it then limits what 
 latebandit alternate, ``--rounds`` rounds of ``--duration`` seconds each, and every figure is a median
 reported as a ratio to the bare endpoint measured in the same run, since the machine is shared and noisy.
 
-/choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated,
-patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning policy: each /choose
-claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up round of 2 s.
+/choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated, the same
+as a revenue campaign (reward max 250, a decision's conversions summed) and after an arm change (one arm
+added, one retired), patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning
+policy: each /choose claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up
+round of 2 s.
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand; besides the
 rate, the CPU a conversion costs the worker and Redis (from /proc), which the machine's noise moves less.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker (the
@@ -71,6 +73,10 @@ CAMPAIGNS = {
                         "delay": EXPONENTIAL, "window": 86_400},
     "delayed-thompson": {"id": "bench-thompson", "arms": ARMS[:3],
                          "policy": {"name": "delayed-thompson", "params": {}}, "delay": EXPONENTIAL, "window": 86_400},
+    "revenue": {"id": "bench-revenue", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
+                "delay": EXPONENTIAL, "window": 86_400, "buckets": 64, "reward": {"max": 250.0, "per_decision": "sum"}},
+    "arms changed": {"id": "bench-arms", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
+                     "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
     "odaaf-b": {"id": "bench-odaafb", "arms": ARMS,
                 "policy": {"name": "odaaf-b", "params": {"mean_delay": 100, "max_delay": 1000, "horizon": 10**8}}},
 }  # fmt: skip
@@ -363,7 +369,11 @@ def main() -> None:
         for spec in CAMPAIGNS.values():
             created = httpx.post(f"{latebandit.url}/campaigns", json=spec)
             assert created.status_code == 201, created.text
-        asyncio.run(fill_history(prefix, "bench"))
+        for campaign_id in ("bench", "bench-revenue", "bench-arms"):
+            asyncio.run(fill_history(prefix, campaign_id))
+        changed = CAMPAIGNS["arms changed"]["id"]  # then an arm added and one retired, as a creative rotates
+        assert httpx.post(f"{latebandit.url}/campaigns/{changed}/arms", json={"arm": "arm10"}).status_code == 201
+        assert httpx.delete(f"{latebandit.url}/campaigns/{changed}/arms/arm3").status_code == 200
         bodies = {name: orjson.dumps({"campaign": spec["id"]}) for name, spec in CAMPAIGNS.items()}
         cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *CAMPAIGNS)]
         drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
