@@ -33,4 +33,13 @@ def make_policy(name: object, params: Mapping[str, Any], n_arms: int, setting: S
     return cls(n_arms, setting, **params)
 
 
-__all__ = ["POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "Setting", "make_policy"]
+def takes_new_arms(policy: Policy) -> bool:
+    """Whether the policy takes an arm change within one state: index and Bayesian policies do (a new arm is
+    opened as every arm is, or starts at the prior); a policy that plays a schedule over its arms, or solves
+    plans over them (guha-bayes), does not (its schedule or plan names the arms it was made for)."""
+    return not isinstance(policy, SchedulePolicy | GuhaBayes)
+
+
+__all__ = [
+    "POLICIES", "ArmStats", "Choice", "Policy", "SchedulePolicy", "Setting", "make_policy", "takes_new_arms",
+]  # fmt: skip
