@@ -3,15 +3,16 @@
     .venv/bin/python -m benchmarks.arm_arrival [--scenario examples/arm-arrival.yaml] [--runs 100] [--mean M]
 
 The scenario names an arm that arrives during the run (``arrivals``; by default examples/arm-arrival.yaml:
-a fourth, better arm at T/2; ``--mean`` gives the arriving arm another mean). The same world is run three ways: the arm arriving as the scenario says, the
-arm present from the start, and the arm never there. A new arm starts with no pulls and no conversions, as
-an arm added to a live campaign does (POST /campaigns/{id}/arms): index policies open it, Bayesian ones
-start it at their prior. Regret is counted against the best arm present at each round, so the arm's arrival
-raises the bar. Each row is one policy's mean final regret ± its standard error over the runs, then the
-differences: to the arm from the start (paired: the same arms, the same worlds run by run) and to the arm
-never there (unpaired: a world without the arm draws other numbers), and the regret of the rounds from the
-arrival on. The expected conversions the arm adds over never having it are the bar's rise, Σ over the rounds
-from the arrival of (its mean − the best mean before it), minus the regret difference.
+a fourth, better arm at T/2; ``--mean`` gives the arriving arm another mean). The same world is run three
+ways: the arm arriving as the scenario says, the arm present from the start, and the arm never there. A new
+arm starts with no pulls and no conversions, as an arm added to a live campaign does (POST
+/campaigns/{id}/arms): index policies open it, Bayesian ones start it at their prior. Regret is counted
+against the best arm present at each round, so a better arm's arrival raises the bar. Each row is one
+policy's mean final regret ± its standard error over the runs, then the differences: to the arm from the
+start (paired: the same arms, the same worlds run by run) and to the arm never there (unpaired: a world
+without the arm draws other numbers), and the regret of the rounds from the arrival on. The expected
+conversions a better arm adds over never having it are the bar's rise, Σ over the rounds from the arrival
+of (its mean − the best mean before it), minus the regret difference.
 """
 
 from __future__ import annotations
