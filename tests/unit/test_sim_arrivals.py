@@ -5,6 +5,7 @@ campaign's active arms does on the same statistics."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from latebandit.sim.arrivals import Roster
 from latebandit.sim.environment import Environment, Pull
 from latebandit.sim.logs import simulated_logs
 from latebandit.sim.runner import make_policy_for, run_policy
-from latebandit.sim.scenario import Scenario, ScenarioError, scenario_from_mapping
+from latebandit.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_from_mapping
 
 INDEX_POLICIES = ("ucb1", "klucb", "delayed-ucb", "delayed-klucb", "patient-bandits", "thompson", "delayed-thompson")
 
@@ -153,3 +154,9 @@ def test_the_policy_over_the_arms_present_chooses_as_the_service_over_the_active
         assert simulated.arm[0] == campaign.active_arms[int(served.arm[0])]
         assert simulated.propensity[0] == pytest.approx(served.propensity[0])
         assert simulated.arm[0] != 1
+
+
+def test_the_example_adds_the_best_arm_at_half_the_horizon() -> None:
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "arm-arrival.yaml")
+    arm = max(range(scenario.n_arms), key=lambda k: scenario.arms[k])
+    assert scenario.arrivals[arm] == scenario.horizon // 2 and scenario.arm_sets()[0][1] == (0, 1, 2)

@@ -64,7 +64,7 @@ class ArmStats:
                 for name, value in self.__dict__.items() if name != "t"}  # fmt: skip
         return ArmStats(**rows, t=self.t[0] + np.arange(decisions))
 
-    def on_arms(self, arms: Sequence[int]) -> ArmStats:
+    def on_arms(self, arms: Sequence[int] | np.ndarray) -> ArmStats:
         """The statistics of ``arms`` alone, in that order: what a policy over those arms reads as its arms
         0..len(arms) − 1 (a campaign's active arms, the arms present in a simulated run). ``t`` and ``band``
         are per run, not per arm, and stay."""
