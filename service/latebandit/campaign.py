@@ -19,16 +19,14 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from latebandit.delays.facts import with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.delays.span import reach
 from latebandit.ids import Identifier
-from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, Setting, make_policy
+from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, Setting, make_policy, takes_new_arms
 from latebandit.policies.floor import check_floor
-from latebandit.policies.guha import GuhaBayes
 from latebandit.timeutil import MICROS, format_time
 
 DEFAULT_WINDOW_SECONDS = 30 * 86_400.0
@@ -320,19 +318,13 @@ class Campaign(CampaignSpec):
         """The statistics of the arms the policy plays (``stats`` itself while no arm is retired): the one
         place a retired arm is taken out of the policy's sight, so no policy can choose it and the policies'
         propensities stay a distribution over the arms that can be chosen."""
-        if not self.retired:
-            return stats
-        columns = np.array(self.active_arms, dtype=np.int64)
-        return ArmStats(**{
-            name: value if value is None or name in ("t", "band") else value[:, columns]
-            for name, value in stats.__dict__.items()
-        })  # fmt: skip
+        return stats.on_arms(self.active_arms) if self.retired else stats
 
     @cached_property
     def arms_need_restart(self) -> bool:
         """Its policy plays a schedule over its arms, or solves plans over them (guha-bayes): it cannot take
         an arm change within one policy version."""
-        return isinstance(self.policy_impl, SchedulePolicy | GuhaBayes)
+        return not takes_new_arms(self.policy_impl)
 
     def with_arms(self, added: Sequence[str], retired: Sequence[str], restart: bool) -> Campaign:
         """The campaign after adding and retiring these arms (ArmsRefused if it cannot take them): the next

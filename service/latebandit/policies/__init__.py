@@ -39,6 +39,13 @@ def make_policy(name: object, params: Mapping[str, Any], n_arms: int, setting: S
     return cls(n_arms, setting, **params)
 
 
+def takes_new_arms(policy: Policy) -> bool:
+    """Whether the policy takes an arm change within one state: index and Bayesian policies do (a new arm is
+    opened as every arm is, or starts at the prior); a policy that plays a schedule over its arms, or solves
+    plans over them (guha-bayes), does not (its schedule or plan names the arms it was made for)."""
+    return not isinstance(policy, SchedulePolicy | GuhaBayes)
+
+
 __all__ = [
     "CONTEXTUAL_POLICIES",
     "POLICIES",
@@ -51,4 +58,5 @@ __all__ = [
     "Setting",
     "make_contextual_policy",
     "make_policy",
+    "takes_new_arms",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,6 +63,16 @@ class ArmStats:
         rows: dict[str, Any] = {name: None if value is None else np.repeat(value, decisions, axis=0)
                 for name, value in self.__dict__.items() if name != "t"}  # fmt: skip
         return ArmStats(**rows, t=self.t[0] + np.arange(decisions))
+
+    def on_arms(self, arms: Sequence[int] | np.ndarray) -> ArmStats:
+        """The statistics of ``arms`` alone, in that order: what a policy over those arms reads as its arms
+        0..len(arms) − 1 (a campaign's active arms, the arms present in a simulated run). ``t`` and ``band``
+        are per run, not per arm, and stay."""
+        columns = np.asarray(arms, dtype=np.int64)
+        return ArmStats(**{
+            name: value if value is None or name in ("t", "band") else value[:, columns]
+            for name, value in self.__dict__.items()
+        })  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ common random numbers, and one run simulated alone reproduces its row of a batch
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,6 +150,9 @@ class Environment:
         self.runs = scenario.runs if runs is None else runs
         self.means = self._means(scenario, first_run)  # (R, K)
         self.gaps = self.means.max(axis=1, keepdims=True) - self.means
+        sets = scenario.arm_sets()  # per set of arms present: its first round, the gaps to its best arm
+        self._firsts = [first for first, _ in sets]
+        self._gaps = [self.means[:, list(arms)].max(axis=1, keepdims=True) - self.means for _, arms in sets]
         self.window = scenario.window
         self._generators = [world_generator(scenario.seed, first_run + r) for r in range(self.runs)]
         self._delay_models = scenario.delays[:1] if scenario.shared_delay else scenario.delays
@@ -165,6 +169,11 @@ class Environment:
         self._equal_parts = all(part == 1.0 / parts for part in scenario.spread)  # X / n, as a single part is
         self.round = 1  # the round being played
         self._rewards = self._delays = np.empty((0, self.runs, 0))
+
+    def gaps_at(self, n: int) -> np.ndarray:
+        """(R, K) the gaps at round n: to the best arm present then (an arm that has not arrived is never
+        played, so its own entry plays no part); ``gaps`` once every arm is present."""
+        return self._gaps[bisect_right(self._firsts, n) - 1]
 
     def _means(self, scenario: Scenario, first_run: int) -> np.ndarray:
         """The arms' means per run: the scenario's, or drawn from its prior with a stream of their own (the

@@ -8,9 +8,9 @@ from typing import Protocol
 
 import numpy as np
 
-from latebandit.policies import Choice, Policy, SchedulePolicy
-from latebandit.policies.floor import mixed_probabilities, with_floor
+from latebandit.policies import Choice, SchedulePolicy
 from latebandit.sim.accounting import weighted_regret
+from latebandit.sim.arrivals import Roster
 from latebandit.sim.environment import Environment, Pull
 from latebandit.sim.feeds import Feed
 from latebandit.sim.segments import ScheduleDriver
@@ -30,7 +30,8 @@ class Player(Protocol):
 
 
 class History:
-    """The arms played, as (first round, rounds, arms (R,)) blocks: what L(T) is computed from at the end."""
+    """The arms played, as (first round, rounds, arms (R,)) blocks: what L(T) is computed from at the end,
+    each block with the gaps of its round (they change when an arm arrives; a block never spans an arrival)."""
 
     def __init__(self, env: Environment) -> None:
         self.env = env
@@ -41,7 +42,14 @@ class History:
 
     def weighted(self) -> np.ndarray:
         scenario = self.env.scenario
-        return weighted_regret(scenario.delays, scenario.window, scenario.horizon, self.env.gaps, self._blocks)
+        firsts = [first for first, _ in scenario.arm_sets()]
+        total = np.zeros(self.env.runs)
+        for first, end in zip(firsts, [*firsts[1:], scenario.horizon + 1], strict=True):
+            blocks = [block for block in self._blocks if first <= block[0] < end]
+            if blocks:
+                gaps = self.env.gaps_at(first)
+                total += weighted_regret(scenario.delays, scenario.window, scenario.horizon, gaps, blocks)
+        return total
 
 
 class FeedPlayer:
@@ -49,7 +57,7 @@ class FeedPlayer:
 
     def __init__(
         self,
-        policy: Policy,
+        roster: Roster,
         env: Environment,
         feed: Feed,
         rng: np.random.Generator,
@@ -60,10 +68,11 @@ class FeedPlayer:
         """``standing_rounds`` > 1 plays the service's standing choice (engine/choosing.py): a run whose
         policy reports a standing distribution draws its arms from it for up to that many rounds, until the S
         its policy reads changes, its other statistics meanwhile ignored; 1 asks the policy every round.
-        The service also keeps Ñ for a whole histogram read; here Ñ is held only while the law stands."""
-        self.policy, self.env, self.feed, self.rng = policy, env, feed, rng
+        The service also keeps Ñ for a whole histogram read; here Ñ is held only while the law stands, and
+        no longer than until an arm arrives. ``roster``: the policy of each round over the arms present."""
+        self.roster, self.env, self.feed, self.rng = roster, env, feed, rng
         self.floor, self.observe = floor, observe
-        self.policy = policy.prepare(feed.stats(np.ones(env.runs)))  # guha-bayes solves its plan here
+        self._reads_feedback = not roster.policy.ignores_feedback
         self._t = np.empty(env.runs)
         self._runs = np.arange(env.runs)
         self._blocks = History(env)
@@ -79,10 +88,10 @@ class FeedPlayer:
         n = self.env.round
         self._t.fill(n)
         if self.observe is None and self.floor <= 0.0 and self._standing_rounds == 1:  # no propensity needed
-            arms = self.policy.choose_arms(self.feed.stats(self._t), self.rng)
+            arms = self.roster.choose_arms(n, self.feed.stats(self._t), self.rng)
             pull = self.env.pull(arms)
         else:
-            choice = self._choose()
+            choice = self._choose(n)
             arms = choice.arm
             pull = self.env.pull(arms)
             if self.observe is not None:
@@ -92,23 +101,23 @@ class FeedPlayer:
         self.feed.record(pull)
         self._blocks.append(self.env.round, 1, arms)
         arrived = self.env.observe(self.env.end_round())
-        if not self.policy.ignores_feedback:  # which may be sums only (anonymous feedback): nothing to count
+        if self._reads_feedback:  # which may be sums only (anonymous feedback): nothing to count
             ledger.conversions += arrived
         return arms
 
     def weighted(self) -> np.ndarray:
         return self._blocks.weighted()
 
-    def _choose(self) -> Choice:
+    def _choose(self, n: int) -> Choice:
         """The policy's choice, or in runs whose standing law still serves, a draw from it (as the service)."""
         stats = self.feed.stats(self._t)
         if self._standing_rounds == 1:  # the policy's own call, draw for draw as the papers' figures were made
-            return with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
+            return self.roster.choose(n, stats, self.rng, self.floor)
+        if self.roster.arrives(n):  # a new arm set: as after the service's arm change, every law is renewed
+            self._left.fill(0)
         serving = (self._left > 0) & (np.asarray(stats.conversions) == self._seen).all(axis=1)  # S unchanged
         if not serving.all():
-            law = self.policy.standing(stats)
-            if self.floor > 0:
-                law = mixed_probabilities(law, self.floor)
+            law = self.roster.standing(n, stats, self.floor)
             renew = ~serving & ~np.isnan(law).any(axis=1)
             self._law[renew] = law[renew]
             self._seen[renew] = np.asarray(stats.conversions)[renew]
@@ -120,7 +129,7 @@ class FeedPlayer:
         self._left[serving] -= 1
         if serving.all():  # the policy is asked only for runs without a law (an opening, or one that never stands)
             return Choice(drawn, self._law[self._runs, drawn])
-        fresh = with_floor(self.policy.choose(stats, self.rng), self.floor, self.rng)
+        fresh = self.roster.choose(n, stats, self.rng, self.floor)
         return Choice(
             np.where(serving, drawn, fresh.arm), np.where(serving, self._law[self._runs, drawn], fresh.propensity)
         )

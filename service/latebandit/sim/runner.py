@@ -5,7 +5,8 @@ no Python loop over runs. Policies that play planned segments are played in bloc
 no run changes arm (one set of array operations per block); the regret is still added round by round.
 Policies run one after the other, each on a fresh Environment with the same
 seed, so they meet the same rewards and delays (common random numbers) and each gets its own timing.
-Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s} (docs/reference/scenarios.md); the τ-weighted L(T) of Vernade et al. 2017
+Regret is the pseudo-regret Σ_{s<=t} Δ_{A_s}, the gap to the best arm present at round s
+(docs/reference/scenarios.md); the τ-weighted L(T) of Vernade et al. 2017
 (the expected conversions missed by T, Σ_s Δ_{A_s}·τ(min(T − s, m)) = Σ_k Δ_k·Ñ_k(T + 1)) is kept too.
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from latebandit.policies import Policy, SchedulePolicy
+from latebandit.sim.arrivals import Roster
 from latebandit.sim.environment import Environment, policy_generator
 from latebandit.sim.feeds import Ledger
 from latebandit.sim.patient import make_feed
@@ -136,7 +138,8 @@ def run_policy(
         player = SchedulePlayer(policy, env, rng, observe)
     else:
         feed = make_feed(spec.feed, policy, Ledger(count, scenario.n_arms), env)
-        player = FeedPlayer(policy, env, feed, rng, spec.exploration_floor, observe, standing_rounds)
+        roster = Roster(policy.prepare(feed.stats(np.ones(count))), scenario, spec)  # guha-bayes plans here
+        player = FeedPlayer(roster, env, feed, rng, spec.exploration_floor, observe, standing_rounds)
     grid = recording_rounds(scenario)
     curve = np.empty((grid.size, count))
     regret, run_index = np.zeros(count), np.arange(count)
@@ -144,7 +147,7 @@ def run_policy(
     while n <= scenario.horizon:
         rounds = min(player.longest_block(), grid[point] - n + 1)
         arms = player.play_block(rounds)
-        gaps = env.gaps[run_index, arms]
+        gaps = env.gaps_at(n)[run_index, arms]  # a block never spans an arrival: one round, or no arrivals
         regret = np.cumsum(np.vstack([regret[None, :], np.tile(gaps, (rounds, 1))]), axis=0)[-1]
         n += rounds
         if n - 1 == grid[point]:

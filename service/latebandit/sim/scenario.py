@@ -20,7 +20,7 @@ import yaml
 
 from latebandit.delays.facts import FACT_PARAMS, delay_fact, with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
-from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy
+from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy, takes_new_arms
 from latebandit.policies.floor import check_floor
 
 REWARDS = ("bernoulli", "bounded")
@@ -30,7 +30,7 @@ FEEDBACKS = ("attributed", "anonymous", "composite")
 FEEDS = ("naive", "delayed", "discarding", "discarding-literal", "plugin", "resolution")
 KEYS = {
     "horizon", "runs", "seed", "arms", "reward", "delay", "window", "feedback", "spread", "policies", "checkpoints",
-    "prior",
+    "prior", "arrivals",
 }  # fmt: skip
 POLICY_KEYS = {"name", "params", "label", "feed", "exploration_floor"}
 MAX_LABEL = 64
@@ -131,10 +131,15 @@ class Scenario:
     policies: tuple[PolicySpec, ...]
     checkpoints: tuple[int, ...]
     prior: tuple[float, float] | None = None  # Beta(a, b): each run draws its own arm means from it
+    arrivals: tuple[int, ...] = ()  # per arm, the first round it can be chosen; () when every arm is there from 1
 
     @property
     def n_arms(self) -> int:
         return len(self.arms)
+
+    def arm_sets(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """(first round, the arms present from then on) for round 1 and each round an arm arrives."""
+        return arm_sets(self.arrivals, self.n_arms)
 
     @property
     def setting(self) -> Setting:
@@ -164,7 +169,40 @@ class Scenario:
             out["spread"] = len(self.spread) if equal else list(self.spread)
         if self.prior is not None:
             out["prior"] = {"a": self.prior[0], "b": self.prior[1]}
+        if self.arrivals:
+            out["arrivals"] = {str(arm): first for arm, first in enumerate(self.arrivals) if first > 1}
         return out
+
+
+def arm_sets(arrivals: Sequence[int], n_arms: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(first round, the arms present from then on) for round 1 and each later round an arm arrives;
+    ``arrivals`` () means every arm from round 1."""
+    firsts = arrivals or (1,) * n_arms
+    return tuple((first, tuple(k for k in range(n_arms) if firsts[k] <= first)) for first in sorted(set(firsts)))
+
+
+def _arrivals(value: object, n_arms: int, horizon: int) -> tuple[int, ...]:
+    """Our extension: ``{"<arm index>": round}``, the first round each listed arm can be chosen (1: from the
+    start, the default). Until then the policies play the arms present (module sim/arrivals.py)."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not value:
+        raise ScenarioError(f"arrivals must be a non-empty object {{arm index: round}} (got {_show(value)})")
+    firsts = [1] * n_arms
+    named: set[int] = set()
+    for key, first in value.items():
+        text = str(key)
+        if isinstance(key, bool) or not text.isdigit() or int(text) >= n_arms:
+            raise ScenarioError(f"arrivals: no arm {key!r}; arms are named by their index in arms, 0 to {n_arms - 1}")
+        if int(text) in named:
+            raise ScenarioError(f"arrivals names arm {text} twice")
+        named.add(int(text))
+        firsts[int(text)] = _integer(first, f"arrivals[{text!r}]", 1)
+        if firsts[int(text)] > horizon:
+            raise ScenarioError(f"arrivals[{text!r}] must be a round within the horizon {horizon} (got {first})")
+    if min(firsts) > 1:
+        raise ScenarioError("arrivals: at least one arm must be present from round 1")
+    return () if max(firsts) == 1 else tuple(firsts)
 
 
 def _delays(value: object, n_arms: int) -> tuple[tuple[DelayModel, ...], bool]:
@@ -244,6 +282,39 @@ def scenario_policy(name: object, params: Mapping[str, Any], delays: Sequence[De
     return make_policy(name, with_delay_facts(str(name), cls.PARAMS, filled, delays[0], 1.0), len(delays), setting)
 
 
+def policy_on_arms(
+    name: str, params: Mapping[str, Any], delays: Sequence[DelayModel], horizon: int, arms: Sequence[int]
+) -> Policy:
+    """The policy over the arms present, its arm j being ``arms[j]``: built for their delays, as the service
+    builds a campaign's policy over its active arms (Campaign.policy_impl), with fixed's ``arm`` counted among
+    them as the service maps the arm it names."""
+    chosen = params.get("arm")
+    if name == "fixed" and isinstance(chosen, int) and not isinstance(chosen, bool) and 0 <= chosen < len(delays):
+        if chosen not in arms:
+            raise ValueError(f"policy 'fixed' plays arm {chosen}, which is not present yet")
+        params = {**params, "arm": list(arms).index(chosen)}
+    return scenario_policy(name, params, [delays[k] for k in arms], horizon)
+
+
+def _check_arrivals(policy: Policy, params: Mapping[str, Any], scenario: Mapping[str, Any], where: str) -> None:
+    """A policy meeting arms that arrive must take them as the service's policies take an added arm, and be
+    buildable over every set of arms present."""
+    if not takes_new_arms(policy):
+        raise ScenarioError(
+            f"{where}: policy {policy.name!r} plays a schedule or a plan over its arms, so it cannot take an arm "
+            "that arrives during the run (the service refuses it an added arm without a restart, which starts a "
+            "fresh state); use an index or Bayesian policy, or drop arrivals"
+        )
+    if policy.needs_band():
+        raise ScenarioError(f"{where}: the band estimator (estimator 0) answers queries over every arm; with arrivals "
+                            "use estimator 1")  # fmt: skip
+    for first, arms in arm_sets(scenario["arrivals"], len(scenario["delays"]))[:-1]:
+        try:
+            policy_on_arms(policy.name, params, scenario["delays"], scenario["horizon"], arms)
+        except ValueError as error:
+            raise ScenarioError(f"{where}: with arms {list(arms)} present from round {first}: {error}") from error
+
+
 def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, ...]:
     specs = []
     for i, entry in enumerate(_list(value, "policies")):
@@ -258,6 +329,8 @@ def _policies(value: object, scenario: Mapping[str, Any]) -> tuple[PolicySpec, .
         label = data.get("label", name)
         if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL:
             raise ScenarioError(f"{where}.label must be a string of 1 to {MAX_LABEL} characters")
+        if scenario["arrivals"]:
+            _check_arrivals(policy, _mapping(params, f"{where}.params"), scenario, where)
         feed = _feed(data.get("feed"), f"{where}.feed")
         _check_feed(feed, policy, scenario, where)
         floor = _probability(data.get("exploration_floor", 0.0), f"{where}.exploration_floor")
@@ -338,7 +411,11 @@ def scenario_from_mapping(data: object) -> Scenario:
     if "spread" in data and feedback != "composite":
         raise ScenarioError("spread is only used with feedback 'composite'")
     spread = _spread(data.get("spread")) if feedback == "composite" else (1.0,)
-    context = {"arms": arms, "window": window, "shared_delay": shared, "delays": delays, "horizon": horizon}
+    arrivals = _arrivals(data.get("arrivals"), len(arms), horizon)
+    context = {
+        "arms": arms, "window": window, "shared_delay": shared, "delays": delays, "horizon": horizon,
+        "arrivals": arrivals,
+    }  # fmt: skip
     return Scenario(
         horizon=horizon,
         runs=_integer(data.get("runs", 100), "runs", 1),
@@ -353,6 +430,7 @@ def scenario_from_mapping(data: object) -> Scenario:
         policies=_policies(data["policies"], context),
         checkpoints=_checkpoints(data.get("checkpoints", [horizon]), horizon),
         prior=_prior(data.get("prior"), arms),
+        arrivals=arrivals,
     )
 
 

@@ -49,9 +49,9 @@ class Keys:
 
     def counters(self, campaign: str) -> str:
         """Hash: ``d`` decisions, ``paused``, ``v`` the policy version (absent: 1), ``a`` the arms version (absent:
-        0), ``w`` the write stamp (campaign_lib.lua's ``stamp_counters``), once archived ``archived`` and ``until`` (its archive time and
-        ``feedback_until``, µs), and per arm ``n:k`` pulls, ``s:k`` S (the credited reward, value units), ``c:k``
-        counted conversions, ``m:k`` matured."""
+        0), ``w`` the write stamp (campaign_lib.lua's ``stamp_counters``), once archived ``archived`` and
+        ``until`` (its archive time and ``feedback_until``, µs), and per arm ``n:k`` pulls, ``s:k`` S (the
+        credited reward, value units), ``c:k`` counted conversions, ``m:k`` matured."""
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:
