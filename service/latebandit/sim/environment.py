@@ -2,11 +2,12 @@
 three feedback views of docs/reference/scenarios.md (attributed, anonymous per-round sums, composite spread rewards).
 
 Conventions (docs/reference/scenarios.md): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ),
-Beta(2θ, 2(1−θ)) for ``bounded``, or a revenue arm's capped reward / max: sim/rewards.py) and a delay D ≥ 0 in rounds from the arm's delay model. A conversion
-with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
-D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
-rounds s + ⌈D⌉ + j, j < spread (or the fraction w_j of X when ``spread`` lists the parts: a reward shape
-of Wang et al. 2021, Figs. 2–4); a part later than the window (D + j > m) is lost.
+Beta(2θ, 2(1−θ)) for ``bounded``, or a revenue arm's capped reward / max: sim/rewards.py) and a delay D ≥ 0
+in rounds from the arm's delay model. A conversion with D <= m counts; it arrives at the end of round
+s + ⌈D⌉, so the decision of round n sees it exactly when D <= n − 1 − s = age, with probability τ(age).
+Composite feedback pays X/spread at the end of each of the rounds s + ⌈D⌉ + j, j < spread (or the fraction
+w_j of X when ``spread`` lists the parts: a reward shape of Wang et al. 2021, Figs. 2–4); a part later than
+the window (D + j > m) is lost.
 
 Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
 the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet

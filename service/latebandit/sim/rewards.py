@@ -136,6 +136,10 @@ def _number(value: object, where: str, low: float, high: float, low_open: bool =
     return float(value)
 
 
+def _positive(value: object, where: str) -> float:
+    return _number(value, where, 0.0, MAX_ATTRIBUTED_REWARD, low_open=True)
+
+
 def _fields(value: object, where: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise RewardError(f"{where} must be an object (got {value!r})")
@@ -151,7 +155,7 @@ def _fields(value: object, where: str, allowed: set[str], required: set[str]) ->
 def reward_spec(value: object) -> RewardSpec:
     """The scenario's ``reward`` object, the campaign field: ``max`` is required (it is the scale of every value)."""
     data = _fields(value, "reward", {"max", "per_decision"}, {"max"})
-    cap = _number(data["max"], "reward.max", 0.0, MAX_ATTRIBUTED_REWARD, low_open=True)
+    cap = _positive(data["max"], "reward.max")
     per_decision = data.get("per_decision", "first")
     if per_decision not in PER_DECISION:
         raise RewardError(f"reward.per_decision must be one of first, sum (got {per_decision!r})")
@@ -165,7 +169,7 @@ def value_arm(value: object, where: str, spec: RewardSpec | None) -> ValueArm:
     if spec is None:
         raise RewardError(
             f"{where} is a value distribution: the scenario needs the campaign field "
-            "reward: {\"max\": M, \"per_decision\": \"first\" | \"sum\"} (max: the most one decision earns)"
+            'reward: {"max": M, "per_decision": "first" | "sum"} (max: the most one decision earns)'
         )
     data = _fields(value, where, {"converts", "basket", "orders"}, {"converts", "basket"})
     orders = _number(data.get("orders", 1.0), f"{where}.orders", 1.0, MAX_ORDERS)
@@ -181,7 +185,7 @@ def _basket(value: object, where: str) -> Basket:
         raise RewardError(f"{where} needs a family, one of {', '.join(BASKETS)} (got {family!r})")
     if family == "fixed":
         data = _fields(value, where, {"family", "value"}, {"value"})
-        return Basket("fixed", value=_number(data["value"], f"{where}.value", 0.0, MAX_ATTRIBUTED_REWARD, low_open=True))
+        return Basket("fixed", value=_positive(data["value"], f"{where}.value"))
     data = _fields(value, where, {"family", "mu", "sigma"}, {"mu", "sigma"})
     mu = _number(data["mu"], f"{where}.mu", -MAX_LOG_VALUE, MAX_LOG_VALUE)
     return Basket("lognormal", mu=mu, sigma=_number(data["sigma"], f"{where}.sigma", 0.0, MAX_LOG_VALUE))
