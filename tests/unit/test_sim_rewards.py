@@ -14,6 +14,7 @@ from scipy import integrate, stats
 
 from latebandit.campaign import RewardSpec
 from latebandit.sim.environment import Environment
+from latebandit.sim.logs import simulated_logs
 from latebandit.sim.rewards import MONTE_CARLO_DRAWS, Basket, Revenue, ValueArm
 from latebandit.sim.runner import simulate
 from latebandit.sim.scenario import ScenarioError, load_scenario, scenario_from_mapping
@@ -215,3 +216,8 @@ LOGNORMAL = {"family": "lognormal", "mu": 3.0, "sigma": 0.5}
 def test_mistakes_are_refused_with_the_field_named(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         scenario_from_mapping(revenue(**changes))
+
+
+def test_simulated_event_logs_refuse_a_revenue_world_rather_than_log_scaled_values() -> None:
+    with pytest.raises(ScenarioError, match="Bernoulli scenarios, not revenue ones"):
+        simulated_logs(scenario_from_mapping(REVENUE), runs=1)

@@ -16,7 +16,7 @@ import numpy as np
 from latebandit.policies import Choice
 from latebandit.sim.environment import Pull
 from latebandit.sim.runner import run_policy
-from latebandit.sim.scenario import Scenario
+from latebandit.sim.scenario import Scenario, ScenarioError
 from latebandit.timeutil import MICROS, format_time
 
 START = 1_767_225_600 * MICROS  # 2026-01-01T00:00:00Z
@@ -32,7 +32,10 @@ def true_value(scenario: Scenario, probabilities: np.ndarray) -> float:
 
 def simulated_logs(scenario: Scenario, runs: int | None = None, start: int = START) -> list[list[dict[str, Any]]]:
     """One event log per run of the scenario's first policy (the campaign line first, then the decisions
-    and the conversions in time order)."""
+    and the conversions in time order). Bernoulli worlds only: a revenue world's logs would need its values
+    and campaign ``reward`` field, and ``true_value`` counts conversions."""
+    if scenario.revenue is not None:
+        raise ScenarioError("simulated event logs are written for Bernoulli scenarios, not revenue ones")
     spec = scenario.policies[0]
     count = scenario.runs if runs is None else runs
     arm_ids = [f"arm{k}" for k in range(scenario.n_arms)]
