@@ -129,11 +129,11 @@ class Revenue:
 
 
 def _number(value: object, where: str, low: float, high: float, low_open: bool = False) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value))
-    if bad or not (low < float(value) if low_open else low <= float(value)) or not float(value) <= high:
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not (low < number if low_open else low <= number) or not number <= high:  # nan fails both
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
         raise RewardError(f"{where} must be a number in {interval} (got {value!r})")
-    return float(value)
+    return number
 
 
 def _positive(value: object, where: str) -> float:
