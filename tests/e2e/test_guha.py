@@ -16,6 +16,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
 
 BODY = {"id": "guha", "arms": ["a", "b", "c"], "policy": {"name": "guha-bayes", "params": {"horizon": 30}},
         "delay": {"family": "fixed", "value": 2}, "window": 3600}  # fmt: skip
+# The served campaign: the same plan (2 decisions of delay, 30 planned, one decision a step), but at 0.1
+# decisions/s, so that its pulls stay in flight for 20 s of the test's real time: the plan's first arm, pulled
+# by the decision that started the solve, still wants plays when the decisions below are made however slowly
+# the solve ran (at a 2 s delay a slow machine saw that pull fail first, and the plan then quit the arm).
+SERVED = {**BODY, "policy": {"name": "guha-bayes", "params": {"horizon": 30, "unit": 1}},
+          "delay": {"family": "fixed", "value": 20}, "decisions_per_second": 0.1}  # fmt: skip
 
 
 def wait_for_plan(http, campaign: str, timeout: float = 120.0) -> dict:
@@ -55,7 +61,7 @@ def test_guha_campaign_end_to_end(tmp_path, redis_url, redis_prefix, postgres_ur
         assert no_delay.status_code == 422 and "delay" in no_delay.json()["detail"]
         assert http.get("/campaigns/too-large").status_code == 404
 
-        assert http.post("/campaigns", json=BODY).status_code == 201
+        assert http.post("/campaigns", json=SERVED).status_code == 201
         plan = wait_for_plan(http, "guha")
         assert plan["horizon"] == 30 and plan["delay_plays"] == 2 and plan["states"] > 0
         assert plan["lp_bound"] <= 30 and sorted(plan["order"]) == [0, 1, 2]

@@ -76,7 +76,9 @@ def run_simulation(
             results = simulate_contextual(scenario, bars)
         else:
             results = simulate(scenario, bars)
-    title = f"{path.name}: final regret at T = {scenario.horizon:,} over {scenario.runs} runs (seed {scenario.seed})"
+    unit = " (value units)" if isinstance(scenario, Scenario) and scenario.revenue is not None else ""
+    title = f"{path.name}: final regret{unit} at T = {scenario.horizon:,} over {scenario.runs} runs"
+    title += f" (seed {scenario.seed})"
     show(results_table(title, results))
     if json_out is not None:
         _write_json(json_out, contract_json(scenario, results))

@@ -1,12 +1,13 @@
 """The simulated world, vectorised over R independent runs: rewards, delays in rounds, censoring, and the
 three feedback views of docs/reference/scenarios.md (attributed, anonymous per-round sums, composite spread rewards).
 
-Conventions (docs/reference/scenarios.md): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ) or
-Beta(2θ, 2(1−θ)) for ``bounded``) and a delay D ≥ 0 in rounds from the arm's delay model. A conversion
-with D <= m counts; it arrives at the end of round s + ⌈D⌉, so the decision of round n sees it exactly when
-D <= n − 1 − s = age, with probability τ(age). Composite feedback pays X/spread at the end of each of the
-rounds s + ⌈D⌉ + j, j < spread (or the fraction w_j of X when ``spread`` lists the parts: a reward shape
-of Wang et al. 2021, Figs. 2–4); a part later than the window (D + j > m) is lost.
+Conventions (docs/reference/scenarios.md): the pull of round s yields a value X ∈ [0, 1] (Bernoulli(θ),
+Beta(2θ, 2(1−θ)) for ``bounded``, or a revenue arm's capped reward / max: sim/rewards.py) and a delay D ≥ 0
+in rounds from the arm's delay model. A conversion with D <= m counts; it arrives at the end of round
+s + ⌈D⌉, so the decision of round n sees it exactly when D <= n − 1 − s = age, with probability τ(age).
+Composite feedback pays X/spread at the end of each of the rounds s + ⌈D⌉ + j, j < spread (or the fraction
+w_j of X when ``spread`` lists the parts: a reward shape of Wang et al. 2021, Figs. 2–4); a part later than
+the window (D + j > m) is lost.
 
 Run r draws its world from its own generator, seeded by (seed, r), in fixed chunks of rounds: run r sees
 the same world whatever the number of runs, the horizon, or the policy playing. Policies therefore meet
@@ -27,6 +28,7 @@ from latebandit.sim.scenario import Scenario
 WORLD_STREAM = 0  # spawn keys: (WORLD_STREAM, run) for the world of a run, (POLICY_STREAM,) for policies
 POLICY_STREAM = 1
 PRIOR_STREAM = 2  # (PRIOR_STREAM, run): the arm means of a run drawn from the scenario's prior
+VALUE_STREAM = 3  # (VALUE_STREAM, run): the basket values of a revenue scenario's conversions
 CHUNK = 1024  # rounds of outcomes drawn at once per run (memory: CHUNK·R·K doubles per table)
 RING_ELEMENTS = 1 << 23  # cap on the calendar ring (rounds·runs·channels doubles); later dues spill to a list
 BINCOUNT_SHARE = 4  # np.bincount over the whole ring beats np.add.at from ring size / 4 amounts on
@@ -148,13 +150,20 @@ class Environment:
     def __init__(self, scenario: Scenario, runs: int | None = None, first_run: int = 0) -> None:
         self.scenario = scenario
         self.runs = scenario.runs if runs is None else runs
-        self.means = self._means(scenario, first_run)  # (R, K)
-        self.gaps = self.means.max(axis=1, keepdims=True) - self.means
+        self.means = self._means(scenario, first_run)  # (R, K) the conversion probabilities
+        revenue = scenario.revenue
+        # (R, K) the expected reward per decision, in value units (sim/rewards.py); regret is measured in them
+        expected = self.means if revenue is None else self.means * revenue.conversion_values
+        self.gaps = expected.max(axis=1, keepdims=True) - expected
         sets = scenario.arm_sets()  # per set of arms present: its first round, the gaps to its best arm
         self._firsts = [first for first, _ in sets]
-        self._gaps = [self.means[:, list(arms)].max(axis=1, keepdims=True) - self.means for _, arms in sets]
+        self._gaps = [expected[:, list(arms)].max(axis=1, keepdims=True) - expected for _, arms in sets]
         self.window = scenario.window
         self._generators = [world_generator(scenario.seed, first_run + r) for r in range(self.runs)]
+        self._value_generators = [
+            np.random.default_rng(np.random.SeedSequence(scenario.seed, spawn_key=(VALUE_STREAM, first_run + r)))
+            for r in range(self.runs if revenue else 0)
+        ]
         self._delay_models = scenario.delays[:1] if scenario.shared_delay else scenario.delays
         self._run_index = np.arange(self.runs)
         longest = min(
@@ -190,9 +199,12 @@ class Environment:
     def _draw_chunk(self) -> None:
         """The next CHUNK rounds of every run: rewards (C, R, K) and delays (C, R, 1 or K)."""
         rewards, delays = [], []
-        for generator, means in zip(self._generators, self.means, strict=True):
-            if self.scenario.reward == "bernoulli":
-                rewards.append(generator.random((CHUNK, means.size)) < means)
+        revenue = self.scenario.revenue
+        for r, (generator, means) in enumerate(zip(self._generators, self.means, strict=True)):
+            if self.scenario.reward == "bernoulli":  # a revenue world: the Bernoulli world of the arms' p, then values
+                converted = generator.random((CHUNK, means.size)) < means
+                value = None if revenue is None else revenue.draw(self._value_generators[r], CHUNK)
+                rewards.append(converted if value is None else np.where(converted, value, 0.0))
             else:
                 inner = (means > 0) & (means < 1)
                 a = np.where(inner, BOUNDED_CONCENTRATION * means, 1.0)

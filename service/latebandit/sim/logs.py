@@ -32,9 +32,13 @@ def true_value(scenario: Scenario, probabilities: np.ndarray) -> float:
 
 def simulated_logs(scenario: Scenario, runs: int | None = None, start: int = START) -> list[list[dict[str, Any]]]:
     """One event log per run of the scenario's first policy (the campaign line first, then the decisions
-    and the conversions in time order)."""
+    and the conversions in time order). Bernoulli worlds only, with every arm from the first round: a revenue
+    world's logs would need its values and campaign ``reward`` field (``true_value`` counts conversions), and
+    an arriving arm an arm-change event."""
     if scenario.arrivals:
         raise ScenarioError("simulated event logs have no arm-change events yet: drop the scenario's arrivals")
+    if scenario.revenue is not None:
+        raise ScenarioError("simulated event logs are written for Bernoulli scenarios, not revenue ones")
     spec = scenario.policies[0]
     count = scenario.runs if runs is None else runs
     arm_ids = [f"arm{k}" for k in range(scenario.n_arms)]

@@ -22,6 +22,7 @@ from latebandit.delays.facts import FACT_PARAMS, delay_fact, with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.policies import POLICIES, Policy, SchedulePolicy, Setting, make_policy, takes_new_arms
 from latebandit.policies.floor import check_floor
+from latebandit.sim.rewards import Revenue, RewardError, reward_spec, value_arm
 
 REWARDS = ("bernoulli", "bounded")
 FEEDBACKS = ("attributed", "anonymous", "composite")
@@ -132,6 +133,7 @@ class Scenario:
     checkpoints: tuple[int, ...]
     prior: tuple[float, float] | None = None  # Beta(a, b): each run draws its own arm means from it
     arrivals: tuple[int, ...] = ()  # per arm, the first round it can be chosen; () when every arm is there from 1
+    revenue: Revenue | None = None  # the campaign field reward and each arm's value distribution; arms: p
 
     @property
     def n_arms(self) -> int:
@@ -156,8 +158,8 @@ class Scenario:
             "horizon": self.horizon,
             "runs": self.runs,
             "seed": self.seed,
-            "arms": list(self.arms),
-            "reward": self.reward,
+            "arms": list(self.arms) if self.revenue is None else self.revenue.arms_json(),
+            "reward": self.reward if self.revenue is None else self.revenue.to_json(),
             "delay": delay,
             "window": self.window,
             "feedback": self.feedback,
@@ -401,7 +403,11 @@ def scenario_from_mapping(data: object) -> Scenario:
         if key not in data:
             raise ScenarioError(f"the scenario needs the {key!r} field")
     horizon = _integer(data["horizon"], "horizon", 1)
-    arms = tuple(_probability(mean, f"arms[{i}]") for i, mean in enumerate(_list(data["arms"], "arms")))
+    revenue = _revenue(data.get("reward"), _list(data["arms"], "arms"))
+    if revenue is None:
+        arms = tuple(_probability(mean, f"arms[{i}]") for i, mean in enumerate(data["arms"]))
+    else:
+        arms = tuple(arm.converts for arm in revenue.arms)
     if len(arms) < 2:
         raise ScenarioError("arms must list at least two means")
     delays, shared = _delays(data["delay"], len(arms))
@@ -421,7 +427,7 @@ def scenario_from_mapping(data: object) -> Scenario:
         runs=_integer(data.get("runs", 100), "runs", 1),
         seed=_integer(data.get("seed", 0), "seed", 0),
         arms=arms,
-        reward=_choice(data.get("reward", "bernoulli"), "reward", REWARDS),
+        reward="bernoulli" if revenue else _choice(data.get("reward", "bernoulli"), "reward", REWARDS),
         delays=delays,
         shared_delay=shared,
         window=window,
@@ -431,7 +437,23 @@ def scenario_from_mapping(data: object) -> Scenario:
         checkpoints=_checkpoints(data.get("checkpoints", [horizon]), horizon),
         prior=_prior(data.get("prior"), arms),
         arrivals=arrivals,
+        revenue=revenue,
     )
+
+
+def _revenue(reward: object, arms: Sequence[Any]) -> Revenue | None:
+    """Our extension (service/latebandit/sim/rewards.py): ``reward`` as the campaign field, {"max", "per_decision"},
+    and arms that are value distributions; None for the Bernoulli and bounded worlds of a ``reward`` name."""
+    try:
+        if not isinstance(reward, Mapping):
+            for i, arm in enumerate(arms):
+                if isinstance(arm, Mapping):
+                    value_arm(arm, f"arms[{i}]", None)
+            return None
+        spec = reward_spec(reward)
+        return Revenue(spec, tuple(value_arm(arm, f"arms[{i}]", spec) for i, arm in enumerate(arms)))
+    except RewardError as error:
+        raise ScenarioError(str(error)) from error
 
 
 def read_scenario_document(path: Path) -> Any:
