@@ -56,7 +56,7 @@ def test_a_standing_law_serves_its_read_and_stamp_for_at_most_its_limit() -> Non
     assert standing.serves(BASIS, 5)
     standing.draw(3, np.random.default_rng(24))
     assert standing.serves(BASIS, 2) and not standing.serves(BASIS, 3)  # its limit, in decisions
-    assert standing.serves(BASIS.after_decision(), 1)  # more pulls and rounds: the staleness a batch already has
+    assert standing.serves(StateVersion(1, 7, b"3", 11), 1)  # more pulls and rounds: the staleness of a batch
     assert not standing.serves(StateVersion(1, 7, b"4", 10), 1)  # a counted conversion or a fold: a new stamp
     assert not standing.serves(StateVersion(1, 8, b"3", 10), 1)  # another histogram read (Ñ)
     assert not standing.serves(StateVersion(2, 7, b"3", 10), 1)  # another policy version
@@ -71,23 +71,16 @@ def test_a_drawn_choice_serves_one_decision_at_exactly_its_version() -> None:
     drawn = NextChoice.drawn(BASIS, 2, 0.75)
     assert drawn.serves(StateVersion(1, 7, b"3", 10), 1)  # equal by value, not by identity
     assert not drawn.serves(BASIS, 2)
-    for other in (BASIS.after_decision(), StateVersion(1, 7, b"4", 10), StateVersion(1, 8, b"3", 10)):
+    for other in (StateVersion(1, 7, b"3", 11), StateVersion(1, 7, b"4", 10), StateVersion(1, 8, b"3", 10)):
         assert not drawn.serves(other, 1)
     assert drawn.draw(1, np.random.default_rng(0)) == [(2, 0.75)]
     assert not drawn.serves(BASIS, 1)  # used
 
 
-def test_only_a_choice_from_the_same_read_and_stamp_with_more_decisions_is_newer() -> None:
-    later = NextChoice.drawn(BASIS.after_decision(), 0, 1.0)
-    assert later.is_newer_than(BASIS)
-    assert not NextChoice.drawn(BASIS, 0, 1.0).is_newer_than(BASIS)
-    assert not later.is_newer_than(StateVersion(1, 8, b"3", 10))
-
-
-async def test_the_embedded_store_decides_from_choices_made_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A non-standing policy on the embedded store: past the first decision, each policy call is made with
-    one more decision counted than the store held when its decision's request began, i.e. while the previous
-    decision was being recorded, and no request calls the policy itself."""
+async def test_the_embedded_store_makes_nothing_ready_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded store holds no statistics between decisions (each snapshot is built anew), so nothing is
+    made ready after an answer: a non-standing policy is called by each request, from the statistics it
+    read, exactly once."""
     now = 1_800_000_000_000_000
     store = MemoryStore(clock=lambda: now)
     engine = DecisionEngine(store, TokenSigner("embedded-secret-0123456789abcdef"), lambda: now,
@@ -107,4 +100,4 @@ async def test_the_embedded_store_decides_from_choices_made_ahead(monkeypatch: p
     for _ in range(20):
         await engine.choose("p")
         await asyncio.sleep(0)  # the loop runs what the decision scheduled, as a server's does while it answers
-    assert seen == list(range(21))  # the first request's own call, then each one made with its decision counted
+    assert seen == list(range(20))  # each request's own call, with the decisions before it counted

@@ -21,14 +21,11 @@ explicit version: policy version, histogram read, write stamp, decision count):
   those statistics with fresh uniforms: the same law, computed earlier.
 
 A request that finds no next choice serving its statistics computes one (or, for a batch that a drawn
-choice cannot serve, calls the policy for every row). Between requests the engine asks for the next one
-to be made ready (``prepare``): while a lone decision is being recorded, from the version its reply brings
-if no one else writes meanwhile (``StateVersion.after_decision``: the wait for Redis is free time for a
-closed loop of one connection, which sends its next request as soon as it is answered), and again once it
-is answered where that prediction missed (another worker's decision, a conversion). A campaign whose last
-prediction missed is not predicted again until one holds, to spare the wasted call where other workers
-write between every two decisions. None of this rests on timing: a next choice serves only a request whose
-statistics carry its version, and nothing replaces a choice with one computed from older statistics.
+choice cannot serve, calls the policy for every row). Once a lone decision is answered, the engine has the
+next one made ready from the statistics the worker holds then (``prepare_next``), off the request: nothing
+rests on timing, since a next choice serves only a request whose statistics carry its version. (Predicting
+it while the decision was still being recorded, from the version the reply would bring, was measured and
+did not pay for its concepts: docs/benchmarks.md, "The next choice".)
 """
 
 from __future__ import annotations
@@ -89,11 +86,6 @@ class NextChoice:
             return version == self.basis
         return (version.policy, version.read, version.stamp) == (self.basis.policy, self.basis.read, self.basis.stamp)
 
-    def is_newer_than(self, version: StateVersion) -> bool:
-        """Computed from the same read and stamp with more decisions counted: what a later decision prepared."""
-        same = (version.policy, version.read, version.stamp) == (self.basis.policy, self.basis.read, self.basis.stamp)
-        return same and self.basis.decisions > version.decisions
-
     def draw(self, decisions: int, rng: np.random.Generator) -> list[Choice]:
         """``decisions`` arms and their propensities, one uniform each."""
         self.remaining -= decisions
@@ -115,8 +107,6 @@ class Chooser:
         self._snapshot_interval = snapshot_interval
         self._limit = limit  # decisions a standing law serves at most (the group commit's batch limit)
         self._next: dict[str, NextChoice] = {}
-        self._predicted: dict[str, StateVersion] = {}  # per campaign: the version its last prediction assumed
-        self._prediction_held: dict[str, bool] = {}  # per campaign: whether its last prediction held
         self._exposures: dict[str, tuple[StateVersion, Exposure]] = {}  # per campaign: Ñ of one histogram read
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
         self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
@@ -134,34 +124,16 @@ class Chooser:
             return renewed.draw(decisions, self.rng)
         return self._policy_call(campaign, policy, stats, decisions)
 
-    def predict(self, campaign: Campaign, state: StateSnapshot) -> None:
-        """While a lone decision taken from ``state`` (its pull counted in it) is recorded: its successor's
-        choice, unless the campaign's last prediction missed."""
-        if state.version is None:
-            return
-        self._predicted[campaign.id] = state.version
-        if self._prediction_held.get(campaign.id, True):
-            self.prepare(campaign, state)
-
-    def answered(self, campaign: Campaign) -> None:
-        """Once a lone decision is answered: whether its prediction held, and the next choice made ready from
-        the statistics held now where none serves them (the prediction missed, or was not made)."""
+    def prepare_next(self, campaign: Campaign) -> None:
+        """The next choice made ready for one decision from the statistics the store holds now, with no I/O:
+        not where one serves them already, nor where the store holds none (the embedded store builds them
+        anew for each decision) or Ñ of their histogram read is not computed yet (that may fold cells), nor
+        for a planned policy (its plan may change before the next decision)."""
         state = self.store.held(campaign, self._snapshot_interval)
-        predicted = self._predicted.pop(campaign.id, None)
-        if state is None or state.version is None:
+        if state is None or state.version is None or self.planner.solves_for(campaign):
             return
-        self._prediction_held[campaign.id] = state.version == predicted
-        self.prepare(campaign, state)
-
-    def prepare(self, campaign: Campaign, state: StateSnapshot) -> None:
-        """The next choice made ready for one decision from ``state``, with no I/O: not where one serves
-        already or one from newer statistics is kept, nor where Ñ of this histogram read is not computed yet
-        (that may fold cells), nor for a planned policy (its plan may change before the next decision)."""
         ready = self._next.get(campaign.id)
-        version = state.version
-        if version is None or self.planner.solves_for(campaign):
-            return
-        if ready is not None and (ready.serves(version, 1) or ready.is_newer_than(version)):
+        if ready is not None and ready.serves(state.version, 1):
             return
         stats = self._cached_stats(campaign, state)
         if stats is None:
@@ -169,7 +141,7 @@ class Chooser:
         policy = campaign.policy_impl
         if self._renew(campaign, state, policy, stats) is None:
             ((arm, propensity),) = self._policy_call(campaign, policy, stats, 1)
-            self._next[campaign.id] = NextChoice.drawn(version, arm, propensity)
+            self._next[campaign.id] = NextChoice.drawn(state.version, arm, propensity)
 
     def _renew(self, campaign: Campaign, state: StateSnapshot, policy: Policy, stats: ArmStats) -> NextChoice | None:
         """The policy's standing law for these statistics, kept as the next choice; None (and the next choice
@@ -222,7 +194,7 @@ class Chooser:
 
     def forget(self, campaign_id: str) -> None:
         """Drop everything kept for a campaign that decides no more (archived)."""
-        for kept in (self._next, self._predicted, self._prediction_held, self._exposures, self._unpublished):
+        for kept in (self._next, self._exposures, self._unpublished):
             kept.pop(campaign_id, None)
         self.planner.forget(campaign_id)
 

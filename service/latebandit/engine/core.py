@@ -35,7 +35,6 @@ from latebandit.store.base import (
     DecisionResult,
     DecisionStatus,
     Pull,
-    StateSnapshot,
     StateStore,
     StateUnreadable,
     StoreUnavailable,
@@ -284,9 +283,8 @@ class DecisionEngine:
         self, key: tuple[str, int, int], requests: list[tuple[Campaign, str | None]]
     ) -> list[DecisionResult]:
         """The decisions of one group commit, taken at the batch's time from the same statistics (engine/choosing.py
-        picks their arms, each its own draw) and recorded by one store call. For a lone decision the next
-        one's choice is made ready while it is recorded and checked once it is answered, unless more
-        decisions of the campaign wait meanwhile: they go as one batch, which computes its own."""
+        picks their arms, each its own draw) and recorded by one store call. Once a lone decision is answered,
+        the next one's choice is made ready from the statistics then held."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id in requests]
         now = self.clock()
@@ -296,24 +294,16 @@ class DecisionEngine:
             self._pull(campaign, arm, propensity, now, request_id)
             for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
         ]
-        loop, lone = asyncio.get_running_loop(), len(requests) == 1
-        if lone:  # runs in the wait for the store's reply
-            loop.call_soon(self._predict, key, campaign, state.after_decision(pulls[0].arm))
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
-        if lone and results[0].status in ANSWERED:
-            loop.call_soon(self._answered, key, campaign)
+        if len(requests) == 1 and results[0].status in ANSWERED:
+            asyncio.get_running_loop().call_soon(self._answered, key, campaign)  # after the answer is sent
         return results
-
-    def _predict(self, key: tuple[str, int, int], campaign: Campaign, predicted: StateSnapshot) -> None:
-        """Not where decisions of the campaign wait: they go as one batch, which a drawn choice does not serve."""
-        if not self._decisions.waiting(key):
-            self.chooser.predict(campaign, predicted)
 
     def _answered(self, key: tuple[str, int, int], campaign: Campaign) -> None:
         """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
-        so what they would make ready could not serve the next request (which that decision prepares for)."""
+        so what they would make ready could not serve the next request (that decision's answer prepares it)."""
         if not self._decisions.busy(key):
-            self.chooser.answered(campaign)
+            self.chooser.prepare_next(campaign)
 
     async def _claim_together(
         self, _: tuple[str, int, int], requests: list[tuple[Campaign, str | None]]

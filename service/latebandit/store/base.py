@@ -117,10 +117,6 @@ class StateVersion:
     stamp: bytes
     decisions: int
 
-    def after_decision(self) -> StateVersion:
-        """The version a worker holds once its own next decision is recorded with no other write meanwhile."""
-        return StateVersion(self.policy, self.read, self.stamp, self.decisions + 1)
-
 
 @dataclass
 class StateSnapshot:
@@ -128,14 +124,6 @@ class StateSnapshot:
     histogram: Histogram
     delays: np.ndarray | None = None  # int64 (K, delay_tail.BUCKETS): first conversions of counted pulls
     version: StateVersion | None = None  # None: no later snapshot is known to hold the same statistics
-
-    def after_decision(self, arm: int) -> StateSnapshot:
-        """These statistics with one more decision, of ``arm``: what the worker holds once its decision is
-        recorded if nothing else was written meanwhile (the record script then answers only the decision
-        count, and the store adds the pull itself: store/redis.py)."""
-        counters = self.counters.with_pulls([arm], self.counters.decisions + 1)
-        version = None if self.version is None else self.version.after_decision()
-        return StateSnapshot(counters, self.histogram, self.delays, version)
 
     def delay_counts(self) -> np.ndarray:
         arms = len(self.counters.pulls)
