@@ -107,7 +107,7 @@ class Chooser:
         self._snapshot_interval = snapshot_interval
         self._limit = limit  # decisions a standing law serves at most (the group commit's batch limit)
         self._next: dict[str, NextChoice] = {}
-        self._exposures: dict[str, tuple[StateVersion, Exposure]] = {}  # per campaign: Ñ of one histogram read
+        self._exposures: dict[str, tuple[tuple[int, int], Exposure]] = {}  # per campaign: Ñ by (policy, read)
         # Histogram reads whose per-arm gauges are not published yet (publish_diagnostics, off the request path).
         self._unpublished: dict[str, tuple[Campaign, StateSnapshot, Exposure]] = {}
         self._publishing = threading.Lock()
@@ -171,7 +171,7 @@ class Chooser:
             return held
         seen = exposure(campaign, state, now)
         if state.version is not None:
-            self._exposures[campaign.id] = (state.version, seen)
+            self._exposures[campaign.id] = ((state.version.policy, state.version.read), seen)
         self._unpublished[campaign.id] = (campaign, state, seen)
         if seen.matured_cells.any():
             hist = state.histogram
@@ -184,7 +184,7 @@ class Chooser:
         if cached is None or state.version is None:
             return None
         read, seen = cached
-        if (read.policy, read.read) != (state.version.policy, state.version.read):
+        if read != (state.version.policy, state.version.read):
             return None
         return campaign.on_active_arms(arm_stats(state, seen))
 

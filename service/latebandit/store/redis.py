@@ -118,9 +118,11 @@ class _Cached:
     arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
 
+    def version(self) -> StateVersion:
+        return StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
+
     def snapshot(self) -> StateSnapshot:
-        version = StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
-        return StateSnapshot(self.counters, self.histogram, self.delays, version)
+        return StateSnapshot(self.counters, self.histogram, self.delays, self.version())
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
@@ -497,7 +499,7 @@ class RedisStore:
         batch's pulls itself, sparing Redis and the worker the whole counters hash each call."""
         keys = [self.keys.counters(campaign.id), self.keys.cells(campaign.id), self.keys.audit(campaign.id)]
         held = self._cached(campaign)
-        sent = held.snapshot() if held is not None else None
+        sent = (held.counters, held.version()) if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
         args.append(campaign.arms_version)
@@ -517,7 +519,7 @@ class RedisStore:
         self,
         campaign: Campaign,
         reply: int | list[bytes],
-        sent: StateSnapshot | None,
+        sent: tuple[Counters, StateVersion] | None,
         arms: list[int],
         statuses: list[int],
     ) -> Counters | None:
@@ -527,11 +529,11 @@ class RedisStore:
         holds the version that was sent (no fresher read replaced it meanwhile)."""
         cached = self._cached(campaign)
         if isinstance(reply, int):
-            if sent is None or sent.version is None:
+            if sent is None:
                 raise ScriptProtocolError("record_decisions answered a decision count to a batch sent no counters")
             new_pulls = (arm for arm, status in zip(arms, statuses, strict=True) if status == 0)
-            counters = sent.counters.with_pulls(new_pulls, reply)
-            if cached is not None and cached.snapshot().version == sent.version:
+            counters = sent[0].with_pulls(new_pulls, reply)
+            if cached is not None and cached.version() == sent[1]:
                 cached.counters = counters
             return counters
         if not reply:
