@@ -25,7 +25,18 @@ from latebandit.delays.facts import with_delay_facts
 from latebandit.delays.models import DelayModel, delay_from_spec
 from latebandit.delays.span import reach
 from latebandit.ids import Identifier
-from latebandit.policies import POLICIES, ArmStats, Policy, SchedulePolicy, Setting, make_policy, takes_new_arms
+from latebandit.policies import (
+    CONTEXTUAL_POLICIES,
+    POLICIES,
+    ArmStats,
+    ContextualPolicy,
+    Policy,
+    SchedulePolicy,
+    Setting,
+    make_contextual_policy,
+    make_policy,
+    takes_new_arms,
+)
 from latebandit.policies.floor import check_floor
 from latebandit.timeutil import MICROS, format_time
 
@@ -40,6 +51,13 @@ DEFAULT_LATENESS_SECONDS = 3600.0
 # max·pulls with pulls < 2^63, stays below 1e220, far inside float range (a planning campaign's sums are
 # bounded by store/schedule.py's CREDIT_LIMIT instead, so its ``max`` may be any finite number).
 MAX_ATTRIBUTED_REWARD = 1e200
+MAX_FEATURES = 256
+# The one model block (arm index 0: its counters and histogram cells) of a contextual campaign whose requests
+# offer their own actions: one parameter θ shared by every action, so no arm of the user's.
+ACTIONS_BLOCK = "actions"
+# The correction forms a service can afford: ``exact`` reads every pending vector at each decision and ``cs``
+# keeps Σ AAᵀ per window bucket (docs/algorithms/linear.md); both are the simulator's.
+SERVED_CORRECTIONS = ("frozen", "none", "released")
 
 
 class CampaignStatus(StrEnum):
@@ -138,6 +156,32 @@ class CampaignSpec(BaseModel):
         "campaign: how long after its window an archived campaign still records conversions",
     )  # fmt: skip
     reward: RewardSpec = Field(default_factory=RewardSpec)
+    features: int | None = Field(
+        default=None, ge=1, le=MAX_FEATURES, strict=True,
+        description="contextual policies: the dimension d of every feature vector",
+    )  # fmt: skip
+    log_actions: bool = Field(
+        default=False, description="contextual campaigns: log every offered action (what replay --policy needs)"
+    )
+    offers: Literal["actions", "context"] | None = Field(
+        default=None,
+        description="contextual campaigns, set from the body: 'actions' when each request offers its own actions "
+        "(no arms given), 'context' when a request's context is every arm's features",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _contextual_form(cls, data: Any) -> Any:
+        """A contextual policy's body without ``arms`` is the actions form: its one model block stands as the
+        arm ACTIONS_BLOCK (counters and cells name it), which its answers never show."""
+        if not isinstance(data, dict) or "offers" in data:
+            return data
+        policy = data.get("policy")
+        if not isinstance(policy, dict) or policy.get("name") not in CONTEXTUAL_POLICIES:
+            return data
+        if "arms" not in data:
+            return {**data, "arms": [ACTIONS_BLOCK], "offers": "actions"}
+        return {**data, "offers": "context"}
 
     @model_validator(mode="before")
     @classmethod
@@ -182,12 +226,19 @@ class CampaignSpec(BaseModel):
             self.default_arm = self.arms[0]
         elif self.default_arm not in self.arms:
             raise ValueError(f"default_arm {self.default_arm!r} is not one of the arms")
-        if self.policy.name not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(sorted(POLICIES))}")
         try:
             model = delay_from_spec(self.delay)
         except ArithmeticError as error:  # e.g. mixture weights whose sum overflows
             raise ValueError(f"delay: {error}") from error
+        if self.policy.name in CONTEXTUAL_POLICIES or self.offers is not None:
+            self._check_contextual()
+            return self
+        if self.features is not None:
+            raise ValueError(f"features: policy {self.policy.name!r} is not contextual; contextual policies: "
+                             f"{', '.join(CONTEXTUAL_POLICIES)}")  # fmt: skip
+        if self.policy.name not in POLICIES:
+            known = sorted([*POLICIES, *CONTEXTUAL_POLICIES])
+            raise ValueError(f"unknown policy {self.policy.name!r}; known: {', '.join(known)}")
         policy = build_policy(self.policy, self.arms, model, self.seconds_per_slot, self.decisions_per_second)
         check_floor(policy, self.exploration_floor)
         new = type(self) is CampaignSpec  # a request; a stored campaign made before a refusal rule still loads
@@ -205,6 +256,28 @@ class CampaignSpec(BaseModel):
             if float(model.cdf(self.window)) <= 0.0:
                 raise ValueError("the delay model puts no conversion inside the window: none could ever count")
         return self
+
+    def _check_contextual(self) -> None:
+        """A contextual campaign: its policy, dimension and the forms the service serves."""
+        if self.policy.name not in CONTEXTUAL_POLICIES:
+            raise ValueError(f"a contextual campaign's policy is one of {', '.join(CONTEXTUAL_POLICIES)}")
+        if self.features is None:
+            raise ValueError(f'policy {self.policy.name!r} is contextual: give "features", the dimension d')
+        if self.offers == "actions" and self.arms != [ACTIONS_BLOCK]:
+            raise ValueError("offers 'actions': the requests offer the actions, so the campaign has no arms")
+        policy = make_contextual_policy(self.policy.name, self.policy.params)
+        correction = policy.params().get("correction", "frozen")
+        if correction not in SERVED_CORRECTIONS:
+            raise ValueError(
+                f"correction {correction!r} is the simulator's (every decision would read each pending vector, or "
+                f"keep Σ AAᵀ per window bucket); a campaign serves {', '.join(SERVED_CORRECTIONS)}"
+            )
+        if self.reward.sums:
+            raise ValueError("reward.per_decision 'sum': a contextual policy's model is one conversion per decision")
+        if self.reward.max > MAX_ATTRIBUTED_REWARD:
+            raise ValueError(f"reward.max must be at most {MAX_ATTRIBUTED_REWARD:g}")
+        if self.exploration_floor > 0:
+            raise ValueError("exploration_floor: a contextual policy chooses among each request's actions, not arms")
 
     def _check_reward(self, policy: Policy) -> None:
         if isinstance(policy, SchedulePolicy):
@@ -294,6 +367,22 @@ class Campaign(CampaignSpec):
     def delay_model(self) -> DelayModel:
         return delay_from_spec(self.delay)
 
+    @property
+    def contextual(self) -> bool:
+        """Its policy chooses among each request's feature vectors (engine/contextual.py)."""
+        return self.offers is not None
+
+    @cached_property
+    def contextual_policy(self) -> ContextualPolicy:
+        return make_contextual_policy(self.policy.name, self.policy.params)
+
+    def features_expire_at(self, bucket: int) -> int:
+        """When (epoch seconds) the features of a contextual decision of histogram ``bucket`` may go: at the
+        bucket's end plus the window (its last conversion that can count) plus the allowed lateness (how late
+        that may be reported; later ones are recorded, not counted: engine/feedback.py), and a second more
+        (expiry is whole seconds)."""
+        return -(-((bucket + 1) * self.bucket_width_us + self.window_us + self.lateness_us) // MICROS) + 1
+
     @cached_property
     def policy_impl(self) -> Policy:
         """The policy over the active arms (its arm j is ``arms[active_arms[j]]``)."""
@@ -324,11 +413,16 @@ class Campaign(CampaignSpec):
     def arms_need_restart(self) -> bool:
         """Its policy plays a schedule over its arms, or solves plans over them (guha-bayes): it cannot take
         an arm change within one policy version."""
-        return not takes_new_arms(self.policy_impl)
+        return not self.contextual and not takes_new_arms(self.policy_impl)
 
     def with_arms(self, added: Sequence[str], retired: Sequence[str], restart: bool) -> Campaign:
         """The campaign after adding and retiring these arms (ArmsRefused if it cannot take them): the next
         arms version, and with ``restart`` the next policy version too (a fresh state, as a policy change)."""
+        if self.contextual:
+            raise ArmsRefused(
+                "policy_cannot_change_arms",
+                "a contextual campaign's arms (its model's blocks) are fixed: create a campaign for a new arm set",
+            )
         if self.arms_need_restart and not restart:
             raise ArmsRefused(
                 "policy_cannot_change_arms",
@@ -364,7 +458,7 @@ class Campaign(CampaignSpec):
     @cached_property
     def plays_schedule(self) -> bool:
         """Its policy plays planned segments from a shared schedule (service/latebandit/store/schedule.py)."""
-        return isinstance(self.policy_impl, SchedulePolicy)
+        return not self.contextual and isinstance(self.policy_impl, SchedulePolicy)
 
     @cached_property
     def slot_us(self) -> int | None:
@@ -413,9 +507,16 @@ class Campaign(CampaignSpec):
         )  # fmt: skip
 
     def public(self) -> dict[str, Any]:
-        body = self.model_dump(mode="json", exclude={"created_at", "archived_at"})
+        """The campaign as the API shows it (an actions-form campaign has no arms of the user's to show)."""
+        hidden = {
+            "created_at",
+            "archived_at",
+            *(("arms", "default_arm", "retired") if self.offers == "actions" else ()),
+        }
+        body = self.model_dump(mode="json", exclude=hidden)
         body["created_at"] = format_time(self.created_at)
         if self.archived_at is not None and self.feedback_until is not None:
             body |= {"archived_at": format_time(self.archived_at), "feedback_until": format_time(self.feedback_until)}
-        body["policy"]["resolved_params"] = self.policy_impl.params()
+        policy = self.contextual_policy if self.contextual else self.policy_impl
+        body["policy"]["resolved_params"] = policy.params()
         return body

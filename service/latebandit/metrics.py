@@ -133,6 +133,19 @@ CAMPAIGN_VERSION = Gauge(
 CAMPAIGN_PAUSED = Gauge(
     "latebandit_campaign_paused", "1 while the campaign is paused", ["campaign"], multiprocess_mode="mostrecent"
 )
+MODEL_PENDING = Gauge(
+    "latebandit_model_pending_decisions", "Contextual campaigns: decisions inside the window, whose conversions "
+    "may still come", ["campaign"], multiprocess_mode="mostrecent",
+)  # fmt: skip
+MODEL_CORRECTION_SHARE = Gauge(
+    "latebandit_model_correction_share", "Contextual campaigns: the delay correction's share of the exploration "
+    "width (otf-linucb: S/(2f+S); otf-lints: the window's share of the inflation; worst arm). Above 0.75 "
+    "(S > 3·2f) the campaign mostly explores", ["campaign"], multiprocess_mode="mostrecent",
+)  # fmt: skip
+MODEL_THETA_NORM = Gauge(
+    "latebandit_model_theta_norm", "Contextual campaigns: the norm of the estimate θ̂ (of τ_m·θ)", ["campaign"],
+    multiprocess_mode="mostrecent",
+)  # fmt: skip
 REPORT_LAG = Histogram(
     "latebandit_feedback_report_lag_seconds",
     "How late conversions are reported: received_at - occurred_at",
@@ -319,6 +332,16 @@ def publish_arms(campaign: str, rows: dict[str, dict[str, float | int | None]]) 
             if key in row:  # the pending age comes with histogram reads only, not with GET /state
                 value = row[key]
                 gauge.labels(*labels).set(math.nan if value is None else value)
+
+
+def publish_model(campaign: str, model: dict[str, Any]) -> None:
+    """A contextual campaign's model gauges, from the ``model`` object of its state (engine/contextual.py)."""
+    label = campaign_label(campaign)
+    if label == OTHER:
+        return
+    MODEL_PENDING.labels(label).set(model["pending"])
+    MODEL_CORRECTION_SHARE.labels(label).set(model["correction_share"])
+    MODEL_THETA_NORM.labels(label).set(model["theta_norm"])
 
 
 def publish_delays(campaign: str, summaries: dict[str, dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from latebandit import metrics
+from latebandit.engine.contextual import OfferInvalid
 from latebandit.engine.directory import CampaignArchived, UnknownCampaign
 from latebandit.engine.feedback import not_served
 from latebandit.store.base import StateUnreadable, StoreUnavailable
@@ -60,6 +61,11 @@ async def campaign_archived(request: Request, exc: CampaignArchived) -> JSONResp
     return JSONResponse({"error": "campaign_archived", "detail": detail}, 410)
 
 
+async def offer_invalid(request: Request, exc: OfferInvalid) -> JSONResponse:
+    """A /choose whose actions or context do not fit its campaign: nothing was decided or recorded."""
+    return JSONResponse({"error": "invalid_request", "detail": str(exc)}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
 async def store_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
     metrics.STORE_ERRORS.labels(request.url.path.strip("/").split("/")[0] or "root").inc()
     return JSONResponse({"error": "store_unavailable", "detail": str(exc)}, 503, headers={"Retry-After": "1"})
@@ -77,6 +83,7 @@ HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] =
     StarletteHTTPException: http_error,
     UnknownCampaign: unknown_campaign,
     CampaignArchived: campaign_archived,
+    OfferInvalid: offer_invalid,
     StoreUnavailable: store_down,
     StateUnreadable: state_unreadable,
 }

@@ -24,6 +24,16 @@ from latebandit.audit.records import Record
 from latebandit.audit.spool import Spool, SpoolFull
 from latebandit.campaign import Campaign, CampaignSpec, CampaignStatus, PolicyChange
 from latebandit.engine.choosing import Chooser
+from latebandit.engine.contextual import (
+    ContextualChoice,
+    Offer,
+    OfferInvalid,
+    choose_offers,
+    decision_fields,
+    fallback_choice,
+    linear_stats,
+    matured_cells,
+)
 from latebandit.engine.describe import describe_state
 from latebandit.engine.directory import MAX_MOVES, CampaignArchived, CampaignDirectory, UnknownCampaign
 from latebandit.engine.exposure import bucket_moments
@@ -35,6 +45,7 @@ from latebandit.store.base import (
     DecisionResult,
     DecisionStatus,
     Pull,
+    StateSnapshot,
     StateStore,
     StateUnreadable,
     StoreUnavailable,
@@ -53,6 +64,7 @@ class CampaignExists(ValueError):
 UNREADABLE_REPORT_SECONDS = 60  # how often a campaign whose state cannot be read is reported in the log
 GROUP_LIMIT = 64  # decisions recorded by one script call at most (the store's per-call cost is amortised long before)
 ANSWERED = (DecisionStatus.NEW, DecisionStatus.REPEATED)  # a decision recorded, or its request's earlier one
+DecisionRequest = tuple[Campaign, str | None, Offer | None]  # what a /choose hands the group commit
 
 
 @dataclass(frozen=True)
@@ -190,9 +202,10 @@ class DecisionEngine:
 
     # decisions ------------------------------------------------------------------------------------
 
-    async def choose(self, campaign_id: str, request_id: str | None = None) -> Decision:
+    async def choose(self, campaign_id: str, request_id: str | None = None, offer: Offer | None = None) -> Decision:
         """A decision is always answered while the campaign can be known: with the store down (or emptied)
-        a worker that never cached the campaign reads its configuration from the audit log."""
+        a worker that never cached the campaign reads its configuration from the audit log. ``offer``: a
+        contextual campaign's actions or context (OfferInvalid unless it fits the campaign)."""
         now = self.clock()
         for attempt in range(MAX_MOVES):
             try:
@@ -201,31 +214,31 @@ class DecisionEngine:
                 known = await self.campaigns.while_store_down(campaign_id)
                 if known is None:
                     raise
-                return await self._store_down(known, now, request_id)
+                return await self._store_down(known, now, request_id, _fitting(known, offer))
             if campaign.archived_at is not None:
                 raise CampaignArchived(campaign_id)
             try:
-                return await self._decide(campaign, now, request_id)
+                return await self._decide(campaign, now, request_id, _fitting(campaign, offer))
             except CampaignMoved:
                 continue
             except StoreUnavailable:
-                return await self._store_down(campaign, now, request_id)
+                return await self._store_down(campaign, now, request_id, offer)
         raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
-    async def _store_down(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
+    async def _store_down(self, campaign: Campaign, now: int, request_id: str | None, offer: Offer | None) -> Decision:
         """Nothing can be recorded in the store: the decision id alone marks the pull as uncounted, and its
         audit record waits in the spool (answered only once it is on disk there)."""
         metrics.STORE_ERRORS.labels("choose").inc()
-        pull = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
+        pull = self._fallback_pull(campaign, now, request_id, offer)
         if self.spool is not None:
             try:
                 await self.spool.append(pull.record)
             except (SpoolFull, OSError) as error:
                 raise StoreUnavailable(f"store unreachable and the decision cannot be audited: {error}") from error
-        return self._answer(campaign, DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0),
-                            "fallback_store_down")  # fmt: skip
+        result = DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, 1.0, action=pull.action)
+        return self._answer(campaign, result, "fallback_store_down")
 
-    async def _decide(self, campaign: Campaign, now: int, request_id: str | None) -> Decision:
+    async def _decide(self, campaign: Campaign, now: int, request_id: str | None, offer: Offer | None) -> Decision:
         # one batch per configuration: the decisions of a batch are chosen among, and named by, one arm set
         key = (campaign.id, campaign.version, campaign.arms_version)
         try:
@@ -238,10 +251,10 @@ class DecisionEngine:
                 status = DecisionStatus(claim.status.value)
                 result = DecisionResult(status, claim.decision_id, claim.arm, claim.propensity)
             else:
-                result = await self._decisions.submit(key, (campaign, request_id))
+                result = await self._decisions.submit(key, (campaign, request_id, offer))
         except StateUnreadable as unreadable:
             self._report_unreadable(unreadable, now)
-            result, outcome = await self._fallback(campaign, now, request_id), "fallback_unreadable"
+            result, outcome = await self._fallback(campaign, now, request_id, offer), "fallback_unreadable"
         else:
             if result.status in (DecisionStatus.MOVED, DecisionStatus.ARCHIVED):  # reloaded: a change, or archived
                 raise CampaignMoved(campaign.id)
@@ -249,16 +262,18 @@ class DecisionEngine:
                 raise await self.campaigns.refused_unknown(campaign.id)
             outcome = result.status.value
             if result.status is DecisionStatus.PAUSED:
-                result, outcome = await self._fallback(campaign, now, request_id), "fallback_paused"
+                result, outcome = await self._fallback(campaign, now, request_id, offer), "fallback_paused"
         try:
             await self._durable()
         except StoreUnavailable:  # recorded and queued: the audit catches up; never answer a second decision
             metrics.STORE_ERRORS.labels("choose_audit").inc()
         return self._answer(campaign, result, outcome)
 
-    async def _fallback(self, campaign: Campaign, now: int, request_id: str | None) -> DecisionResult:
+    async def _fallback(
+        self, campaign: Campaign, now: int, request_id: str | None, offer: Offer | None
+    ) -> DecisionResult:
         """The default arm, recorded as a fallback (its pull never counts), for a campaign that cannot decide."""
-        fallback = self._pull(campaign, self._default_arm(campaign), 1.0, now, request_id, fallback=True)
+        fallback = self._fallback_pull(campaign, now, request_id, offer)
         result = await self.store.record_fallback(campaign, fallback, request_id, math.ceil(self.options.request_ttl))
         if result.status is DecisionStatus.UNKNOWN:
             raise await self.campaigns.refused_unknown(campaign.id)
@@ -280,24 +295,44 @@ class DecisionEngine:
         )  # fmt: skip
 
     async def _decide_together(
-        self, key: tuple[str, int, int], requests: list[tuple[Campaign, str | None]]
+        self, key: tuple[str, int, int], requests: list[DecisionRequest]
     ) -> list[DecisionResult]:
         """The decisions of one group commit, taken at the batch's time from the same statistics (engine/choosing.py
-        picks their arms, each its own draw) and recorded by one store call. Once a lone decision is answered,
-        the next one's choice is made ready from the statistics then held."""
+        picks their arms, each its own draw; engine/contextual.py a contextual campaign's, in turn) and recorded
+        by one store call. Once a lone decision is answered, the next one's choice is made ready from the
+        statistics then held."""
         campaign = requests[0][0]
-        request_ids = [request_id for _, request_id in requests]
+        request_ids = [request_id for _, request_id, _ in requests]
         now = self.clock()
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
-        chosen = await self.chooser.choose(campaign, state, now, len(requests))
-        pulls = [
-            self._pull(campaign, arm, propensity, now, request_id)
-            for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
-        ]
+        if campaign.contextual:
+            pulls = await self._contextual_pulls(campaign, state, now, requests)
+        else:
+            chosen = await self.chooser.choose(campaign, state, now, len(requests))
+            pulls = [
+                self._pull(campaign, arm, propensity, now, request_id)
+                for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
+            ]
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
-        if len(requests) == 1 and results[0].status in ANSWERED:
+        if len(requests) == 1 and results[0].status in ANSWERED and not campaign.contextual:
             asyncio.get_running_loop().call_soon(self._answered, key, campaign)  # after the answer is sent
         return results
+
+    async def _contextual_pulls(
+        self, campaign: Campaign, state: StateSnapshot, now: int, requests: list[DecisionRequest]
+    ) -> list[Pull]:
+        """A contextual campaign's decisions of one group, each chosen among its own offer; the cells that left
+        the window are folded away (the next read no longer carries them)."""
+        matured = matured_cells(campaign, state, now)
+        if matured.any():
+            hist = state.histogram
+            await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
+        offers = [offer for _, _, offer in requests if offer is not None]  # all: _fitting checked each request
+        chosen = choose_offers(campaign, linear_stats(campaign, state, now), offers, self.rng)
+        return [
+            self._pull(campaign, choice.block, choice.propensity, now, request_id, contextual=(offer, choice))
+            for (_, request_id, _), offer, choice in zip(requests, offers, chosen, strict=True)
+        ]
 
     def _answered(self, key: tuple[str, int, int], campaign: Campaign) -> None:
         """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
@@ -315,11 +350,19 @@ class DecisionEngine:
         )
 
     def _pull(
-        self, campaign: Campaign, arm: int, propensity: float, now: int, request_id: str | None, fallback: bool = False
+        self,
+        campaign: Campaign,
+        arm: int,
+        propensity: float,
+        now: int,
+        request_id: str | None,
+        fallback: bool = False,
+        contextual: tuple[Offer, ContextualChoice] | None = None,
     ) -> Pull:
         """A decision to record: its signed id, where it falls in the histogram, and its audit record. A
         fallback's id marks its pull as uncounted, so a later conversion of it never enters S
-        (docs/design-notes.md, "Decision ids")."""
+        (docs/design-notes.md, "Decision ids"). A contextual decision also carries its offer and choice: the
+        features its conversion will add to b, its footprint, the action id an actions campaign answers."""
         token = DecisionToken(campaign.id, arm, now, campaign.version, new_nonce(), fallback)
         decision_id = self.signer.sign(token)
         bucket, offset, moments = bucket_moments(campaign, now)
@@ -330,14 +373,27 @@ class DecisionEngine:
         }  # fmt: skip
         if fallback:
             record["seq"] = None
-        return Pull(arm, bucket, offset, moments, decision_id, propensity, record)
+        if contextual is None:
+            return Pull(arm, bucket, offset, moments, decision_id, propensity, record)
+        offer, choice = contextual
+        record["arm"] = choice.label
+        record |= decision_fields(campaign, offer, choice.features, choice.footprint)
+        action = choice.label if offer.labels is not None else None
+        return Pull(
+            arm, bucket, offset, moments, decision_id, propensity, record, choice.features, choice.footprint, action
+        )
 
-    @staticmethod
-    def _default_arm(campaign: Campaign) -> int:
-        return campaign.arm_index[campaign.default_arm or campaign.arms[0]]
+    def _fallback_pull(self, campaign: Campaign, now: int, request_id: str | None, offer: Offer | None) -> Pull:
+        """The fallback decision: the default arm (a contextual campaign's, with the offer's features:
+        engine/contextual.py's ``fallback_choice``)."""
+        if offer is None:
+            default = campaign.arm_index[campaign.default_arm or campaign.arms[0]]
+            return self._pull(campaign, default, 1.0, now, request_id, fallback=True)
+        choice = fallback_choice(campaign, offer)
+        return self._pull(campaign, choice.block, 1.0, now, request_id, fallback=True, contextual=(offer, choice))
 
     def _answer(self, campaign: Campaign, result: DecisionResult, outcome: str) -> Decision:
-        arm = campaign.arms[result.arm]
+        arm = result.action if result.action is not None else campaign.arms[result.arm]
         fallback = outcome.startswith("fallback") or (
             result.status is DecisionStatus.REPEATED and self.signer.verify(result.decision_id).fallback
         )
@@ -366,6 +422,9 @@ class DecisionEngine:
             snapshot, view = await self.store.snapshot(campaign, 0.0), await self.store.schedule_view(campaign)
             return describe_schedule(campaign, snapshot.counters, view, as_of)
         body = describe_state(campaign, await self.store.snapshot(campaign, 0.0), as_of)
+        if campaign.contextual:
+            metrics.publish_model(campaign.id, body["model"])
+            return body
         planned = self.planner.planned(campaign)
         if planned is not None or self.planner.solves_for(campaign):
             body["policy_state"]["plan"] = planned.plan_state() if planned is not None else {"status": "solving"}
@@ -377,6 +436,17 @@ class DecisionEngine:
     async def _durable(self) -> None:
         if self._after_write is not None:
             await self._after_write()
+
+
+def _fitting(campaign: Campaign, offer: Offer | None) -> Offer | None:
+    """``offer`` if it fits the campaign (OfferInvalid if not, or if a contextual campaign is offered none)."""
+    if offer is None:
+        if campaign.contextual:
+            field = "actions" if campaign.offers == "actions" else "context"
+            raise OfferInvalid(field, f"campaign {campaign.id!r} is contextual: its requests give {field}")
+        return None
+    offer.check(campaign)
+    return offer
 
 
 def _changeable(campaign_id: str, campaign: Campaign | None) -> Campaign:

@@ -11,6 +11,7 @@ import numpy as np
 
 from latebandit.campaign import Campaign
 from latebandit.delays.tail import delay_summary
+from latebandit.engine.contextual import model_state
 from latebandit.engine.exposure import Exposure, campaign_stats, exposure
 from latebandit.policies.base import EPS_N, ArmStats
 from latebandit.store.base import StateSnapshot
@@ -28,7 +29,15 @@ def arm_stats(state: StateSnapshot, seen: Exposure) -> ArmStats:
 
 def describe_state(campaign: Campaign, state: StateSnapshot, as_of: int) -> dict[str, Any]:
     """The ``state`` object (docs/reference/), computed the same way for the live service and for replays. Each
-    arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delays/tail.py)."""
+    arm also carries ``delays``, what its observed conversion delays say (service/latebandit/delays/tail.py). A
+    contextual campaign has its ``model`` in place of arms (engine/contextual.py)."""
+    if campaign.contextual:
+        return {
+            "campaign": campaign.id, "policy": campaign.policy.name, "decisions": int(state.counters.decisions),
+            "as_of": format_time(as_of), "model": model_state(campaign, state, as_of),
+            "policy_state": {"status": campaign.status.value, "window": campaign.window,
+                             "bucket_width": campaign.bucket_width_us / MICROS},
+        }  # fmt: skip
     seen = exposure(campaign, state, as_of)
     arms = arm_rows(campaign, state, seen)
     for arm, summary in delay_rows(campaign, state, seen).items():

@@ -141,14 +141,17 @@ def prepare_batch(
     Beyond the window plus the dedup retention the service no longer remembers whether the decision
     converted, so a retry could not be recognised: such a late arrival is recorded and changes nothing (not
     even the observed delays, which a retry would count twice). That is also why a replay may forget a
-    decision once it is that old (replay/apply.py)."""
+    decision once it is that old (replay/apply.py). A contextual campaign forgets sooner, after the window plus
+    its allowed lateness, when the decision's features (what its conversion adds to b) are no longer kept."""
     if not conversions:
         return []
     decided = np.array([conversion.decided_at for conversion in conversions], dtype=np.int64)
     occurred = np.minimum([conversion.occurred_at for conversion in conversions], received_at)
     delays = np.maximum(occurred - decided, 0)
     window, arms = campaign.window_us, campaign.arms
-    forgotten = decided < received_at - window - round(retention * MICROS)
+    # a contextual decision's features are kept for the window plus the allowed lateness (Campaign.features_expire_at)
+    remembered = campaign.lateness_us if campaign.contextual else round(retention * MICROS)
+    forgotten = decided < received_at - window - remembered
     # seconds the event id and the decision's conversion are remembered: the rest of the window, then retention
     ttls = np.ceil(np.maximum(0.0, (decided + window - received_at) / MICROS) + retention).astype(np.int64)
     columns = zip(

@@ -65,6 +65,29 @@ class LinearStats:
     def d(self) -> int:
         return int(np.shape(self.reward)[1])
 
+    def with_decision(self, run: int, features: Array, footprint: float) -> LinearStats:
+        """These sums with one more decision of ``run`` inside the window (the service's next decision of a
+        group sees the ones before it); the window's vectors and Σ AAᵀ are not kept here."""
+        gram, decisions = self.gram.copy(), np.array(self.decisions, dtype=np.float64)
+        count, footprints = (
+            np.array(self.window_count, dtype=np.float64),
+            np.array(self.window_footprint, dtype=np.float64),
+        )
+        gram[run] += np.outer(features, features)
+        decisions[run] += 1
+        count[run] += 1
+        footprints[run] += footprint
+        return LinearStats(gram, self.reward, decisions, count, footprints)
+
+    def block(self, run: int) -> LinearStats:
+        """Run ``run``'s sums alone (R = 1)."""
+        window = (self.window_gram, self.window_actions)
+        return LinearStats(
+            self.gram[run : run + 1], self.reward[run : run + 1], self.decisions[run : run + 1],
+            self.window_count[run : run + 1], self.window_footprint[run : run + 1],
+            *(None if part is None else part[run : run + 1] for part in window),
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class LinearChoice:
@@ -109,6 +132,12 @@ def released_beta(decisions: Array, d: int, ridge: float, delta: float) -> Array
     """β_t = 2 log(1/δ) + d log(1 + t/(λd)), the authors' released code's squared radius."""
     t = np.asarray(decisions, dtype=np.float64)
     return 2.0 * math.log(1.0 / delta) + d * np.log1p(t / (ridge * d))
+
+
+def _on_every_block(stats: LinearStats, context: Array) -> Array:
+    """(K, 1, d): the context as the one action of each block (arm) of ``stats``."""
+    context = np.asarray(context, dtype=np.float64)
+    return np.broadcast_to(context, (len(stats.decisions), 1, context.size))
 
 
 def _chosen(values: Array, action: Array) -> Array:
@@ -168,6 +197,13 @@ class ContextualPolicy(ABC):
         """``choose`` drawing the same numbers, for a caller that logs no propensity (the simulator)."""
         return self.choose(stats, actions, rng)
 
+    @abstractmethod
+    def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
+        """The disjoint form (a parameter per arm, as LinUCB's of Li et al. 2010): ``stats`` holds one block
+        per arm on its leading axis (each with its own V, b, decision count and window), ``context`` (d,) is
+        every arm's features; the chosen action is an arm index (shape (1,)), its footprint the one its block's
+        window adds."""
+
     def estimate(self, stats: LinearStats, actions: Array) -> Array:
         """(R, K) θ̂ᵀa, the within-window conversion rate of each action, as of now."""
         return Ridge.of(stats, self.ridge()).estimate(np.asarray(actions, dtype=np.float64))
@@ -212,6 +248,14 @@ class LinUCBFamily(ContextualPolicy):
         index = ridge.estimate(actions) + self.width(stats, ridge, leverage)
         picked = uniform_among(_best(index, np.zeros(index.shape, dtype=bool)), rng)
         return LinearChoice(picked.arm, picked.propensity, self.footprint(_chosen(leverage, picked.arm)))
+
+    def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
+        actions = _on_every_block(stats, context)
+        ridge = Ridge.of(stats, self.ridge())
+        leverage = ridge.leverage(actions)[:, 0]
+        index = ridge.estimate(actions)[:, 0] + self.width(stats, ridge, leverage[:, None])[:, 0]
+        picked = uniform_among(_best(index[None, :], np.zeros((1, index.size), dtype=bool)), rng)
+        return LinearChoice(picked.arm, picked.propensity, self.footprint(leverage[picked.arm]))
 
     def policy_state(self, stats: LinearStats) -> dict[str, Any]:
         """Adds f_{t,δ}, the radius every width starts from."""
@@ -382,6 +426,24 @@ class OTFLinTS(ContextualPolicy):
         action, footprint = self._decide(stats, actions, rng)
         return LinearChoice(action, np.full(action.shape, np.nan), footprint)
 
+    def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
+        """Each arm's score θ̃_kᵀx is a normal draw N(θ̂_kᵀx, c_k·q_k): the propensity is estimated from
+        ``propensity_samples`` draws of those K normals (seeded by them, as ``propensity`` is)."""
+        actions = _on_every_block(stats, context)
+        ridge, c, scores = self._sample(stats, actions, rng)
+        arm = uniform_among(_best(scores[:, 0][None, :], np.zeros((1, len(c)), dtype=bool)), rng).arm
+        leverage = ridge.leverage(actions)[:, 0]
+        mean, spread = ridge.estimate(actions)[:, 0], np.sqrt(c * leverage)
+        digest = hashlib.blake2b(np.concatenate([mean, spread]).tobytes(), digest_size=16).digest()
+        draws = np.random.default_rng(int.from_bytes(digest, "little")).standard_normal(
+            (self._params["propensity_samples"], len(c))
+        )
+        hits = np.count_nonzero((mean + spread * draws).argmax(axis=1) == arm[0])
+        propensity = (hits + 1.0 / len(c)) / (self._params["propensity_samples"] + 1.0)
+        footprint = leverage[arm] / (1.0 + leverage[arm])
+        released = self._params["form"] == "released"
+        return LinearChoice(arm, np.array([propensity]), footprint / c[arm] if released else footprint)
+
     def propensity(self, stats: LinearStats, actions: Array, action: Array) -> Array:
         """(R,) the chance of each run's ``action`` under the sampling law, estimated as (hits + 1/K)/(M + 1)
         from M = propensity_samples draws (never 0, which inverse-propensity replays divide by)."""
@@ -427,6 +489,10 @@ class UniformActions(ContextualPolicy):
     def choose(self, stats: LinearStats, actions: Array, rng: np.random.Generator) -> LinearChoice:
         picked = uniform_among(np.ones(np.shape(actions)[:2], dtype=bool), rng)
         return LinearChoice(picked.arm, picked.propensity, np.zeros(picked.arm.shape))
+
+    def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
+        picked = uniform_among(np.ones((1, len(stats.decisions)), dtype=bool), rng)
+        return LinearChoice(picked.arm, picked.propensity, np.zeros(1))
 
 
 # The policies a contextual campaign serves; ``uniform`` is also accepted where contextual policies are made.

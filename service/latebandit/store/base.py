@@ -97,6 +97,8 @@ class Histogram:
     offset: np.ndarray  # int64 (n,): Σ (decided_at − bucket·width) in ms: the mean pull time to the millisecond
     converted: np.ndarray  # int64 (n,): counted conversions of these pulls
     moments: np.ndarray  # float64 (n, J): Σ exp(−λ_j·(bucket end − decided_at)) per exponential component
+    # float64 (n,): Σ of the cell's decisions' footprints (a contextual campaign's window sum); None: none kept
+    footprint: np.ndarray | None = None
 
     @classmethod
     def empty(cls, components: int) -> Histogram:
@@ -118,12 +120,34 @@ class StateVersion:
     decisions: int
 
 
+@dataclass(frozen=True)
+class LinearSums:
+    """A contextual campaign's model sums per block (an arm of a context campaign; the one block of an actions
+    campaign): both only grow by addition, so replicas, Redis Cluster and replays add them in any order."""
+
+    gram: np.ndarray  # float64 (K, d, d): Σ A Aᵀ over the block's recorded decisions
+    reward: np.ndarray  # float64 (K, d): b = Σ value·A over its counted conversions (value units)
+
+    @classmethod
+    def zeros(cls, blocks: int, d: int) -> LinearSums:
+        return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
+
+    def with_decisions(self, pulls: Iterable[Pull]) -> LinearSums:
+        """These sums with the decisions' A Aᵀ added (a worker's own, before its next read)."""
+        gram = self.gram.copy()
+        for pull in pulls:
+            if pull.features is not None:
+                gram[pull.arm] += np.outer(pull.features, pull.features)
+        return LinearSums(gram, self.reward)
+
+
 @dataclass
 class StateSnapshot:
     counters: Counters
     histogram: Histogram
     delays: np.ndarray | None = None  # int64 (K, delay_tail.BUCKETS): first conversions of counted pulls
     version: StateVersion | None = None  # None: no later snapshot is known to hold the same statistics
+    model: LinearSums | None = None  # a contextual campaign's (None: none, or nothing recorded yet)
 
     def delay_counts(self) -> np.ndarray:
         arms = len(self.counters.pulls)
@@ -144,6 +168,15 @@ class Pull:
     decision_id: str
     propensity: float
     record: Record
+    features: np.ndarray | None = None  # float64 (d,): a contextual decision's chosen features (A_s)
+    footprint: float = 0.0  # what a contextual decision adds to its block's window sum while inside the window
+    action: str | None = None  # an actions campaign's chosen action id (its arm is the model's one block)
+
+
+def features_field(decision_id: str) -> str:
+    """Under which name a contextual decision's features are kept for its conversion: the id's signature,
+    unique per decision (it signs the nonce) and a third of the id's length."""
+    return decision_id.rpartition(".")[2]
 
 
 class DecisionStatus(StrEnum):
@@ -162,6 +195,7 @@ class DecisionResult:
     arm: int = -1
     propensity: float = 0.0
     counters: Counters | None = None
+    action: str | None = None  # an actions campaign's chosen action id
 
 
 @dataclass

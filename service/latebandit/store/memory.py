@@ -27,10 +27,12 @@ from latebandit.store.base import (
     DecisionResult,
     DecisionStatus,
     Histogram,
+    LinearSums,
     PreparedConversion,
     Pull,
     StateSnapshot,
     StateVersion,
+    features_field,
 )
 from latebandit.store.schedule import (
     Claim,
@@ -48,8 +50,9 @@ _SWEEP_MINIMUM = 1024
 AUDITED_ANONYMOUS = (Outcome.COUNTED, Outcome.PHASE_CLOSED, Outcome.REPEAT, Outcome.STALE)
 # A value of ``CampaignMemory.expiring``: True for a dedup entry (``ev:``, ``cv:``), except, on a ``sum``
 # campaign, a float for the ``cv:`` entry of a decision whose first conversion counted: the reward credited to
-# it so far (value units); for a ``req:`` key the decision that request id got, (decision id, arm, propensity).
-Remembered = bool | float | tuple[str, int, float]
+# it so far (value units); for a ``req:`` key the decision that request id got, (decision id, arm, propensity,
+# action id or None); for an ``ft:`` key a contextual decision's features, kept for its conversion.
+Remembered = bool | float | tuple[str, int, float, str | None] | np.ndarray
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Cell:
     offset: int = 0
     converted: int = 0
     moments: list[float] = field(default_factory=list)
+    footprint: float = 0.0  # Σ of its contextual decisions' footprints
 
 
 @dataclass
@@ -74,6 +78,11 @@ class CampaignMemory:
     histogram_read: int = 0  # which build of the arrays it is (StateVersion.read)
     stamp: int = 0  # counts the writes other than decisions: counted conversions, folds (StateVersion.stamp)
     schedule: ScheduleBook = field(default_factory=ScheduleBook)  # planning policies only
+    model: LinearSums | None = None  # contextual campaigns only
+
+    def __post_init__(self) -> None:
+        if self.model is None and self.campaign.contextual:
+            self.model = LinearSums.zeros(len(self.campaign.arms), int(self.campaign.features or 0))
 
 
 class MemoryStore:
@@ -131,7 +140,8 @@ class MemoryStore:
         memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
         memory.counters = Counters.zeros(len(campaign.arms))
         memory.delays = _grown(memory.delays, len(campaign.arms))
-        memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
+        memory.cells, memory.histogram, memory.schedule, memory.model = {}, None, ScheduleBook(), None
+        memory.__post_init__()  # a contextual policy's model starts afresh with the version
         self._queue(memory, [record])
         return memory.campaign
 
@@ -189,7 +199,8 @@ class MemoryStore:
             memory.histogram_read = next(self._reads)
         counters = memory.counters.copy()
         version = StateVersion(campaign.version, memory.histogram_read, b"%d" % memory.stamp, counters.decisions)
-        return StateSnapshot(counters, memory.histogram, memory.delays.copy(), version)
+        model = None if memory.model is None else LinearSums(memory.model.gram.copy(), memory.model.reward.copy())
+        return StateSnapshot(counters, memory.histogram, memory.delays.copy(), version, model)
 
     def held(self, campaign: Campaign, max_age: float) -> StateSnapshot | None:
         """None: every snapshot copies the counters, so none is held."""
@@ -209,6 +220,7 @@ class MemoryStore:
             offset=np.array([cell.offset for _, cell in cells], dtype=np.int64),
             converted=np.array([cell.converted for _, cell in cells], dtype=np.int64),
             moments=np.array([cell.moments for _, cell in cells], dtype=np.float64).reshape(len(cells), components),
+            footprint=np.array([cell.footprint for _, cell in cells], dtype=np.float64),
         )
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
@@ -237,9 +249,16 @@ class MemoryStore:
         cell.count += 1
         cell.offset += pull.offset
         cell.moments = [total + moment for total, moment in zip(cell.moments, pull.moments, strict=True)]
+        if pull.features is not None and memory.model is not None:
+            memory.model.gram[pull.arm] += np.outer(pull.features, pull.features)
+            cell.footprint += pull.footprint
+            kept = max(1, campaign.features_expire_at(pull.bucket) - self._clock() // MICROS)
+            self._set(memory, _features_key(pull.bucket, pull.decision_id), pull.features, kept)
         self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [{**pull.record, "seq": counters.decisions}])
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters.copy())
+        return DecisionResult(
+            DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters.copy(), pull.action
+        )
 
     async def record_fallback(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         memory = self._campaigns.get(campaign.id)
@@ -294,6 +313,11 @@ class MemoryStore:
             return Outcome.CENSORED
         if not event.counts:
             return Outcome.STALE
+        if memory.model is not None:  # a contextual campaign: b += value·A of the decision's kept features
+            features = self._get(memory, _features_key(event.bucket, event.decision_id))
+            if not isinstance(features, np.ndarray):  # gone only for one arriving past window + lateness
+                return Outcome.STALE
+            memory.model.reward[event.arm] += event.value * features
         memory.counters.conversions[event.arm] += event.value
         memory.counters.counted[event.arm] += 1
         cell = memory.cells.get((event.arm, event.bucket))
@@ -435,8 +459,9 @@ class MemoryStore:
         if memory.campaign.archived_at is not None:
             self._archived[memory.campaign.id] = memory.campaign
         self._campaigns[memory.campaign.id] = CampaignMemory(
-            memory.campaign, memory.counters, memory.delays, memory.cells, expiring, schedule=memory.schedule
-        )
+            memory.campaign, memory.counters, memory.delays, memory.cells, expiring, schedule=memory.schedule,
+            model=memory.model,
+        )  # fmt: skip
 
     # audit queue ----------------------------------------------------------------------------------
 
@@ -488,14 +513,14 @@ class MemoryStore:
         earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
         if not isinstance(earlier, tuple):  # None: not remembered (``req:`` keys hold decisions only)
             return None
-        decision_id, arm, propensity = earlier
-        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, memory.counters.copy())
+        decision_id, arm, propensity, action = earlier
+        return DecisionResult(DecisionStatus.REPEATED, decision_id, arm, propensity, memory.counters.copy(), action)
 
     def remember_request(self, campaign: Campaign, request_id: str | None, pull: Pull, ttl: int) -> None:
         """Remember which decision ``request_id`` got (replays restore this for rebuilds)."""
         if request_id is not None:
             memory = self._campaigns[campaign.id]
-            self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity), ttl)
+            self._set(memory, f"req:{request_id}", (pull.decision_id, pull.arm, pull.propensity, pull.action), ttl)
 
     def _get(self, memory: CampaignMemory, key: str) -> Remembered | None:
         entry = memory.expiring.get(key)
@@ -517,6 +542,10 @@ class MemoryStore:
             return False
         self._set(memory, key, True, ttl)
         return True
+
+
+def _features_key(bucket: int, decision_id: str) -> str:
+    return f"ft:{bucket}:{features_field(decision_id)}"
 
 
 def _grown(delays: np.ndarray, arms: int) -> np.ndarray:

@@ -1,0 +1,201 @@
+"""Contextual decisions: how /choose picks among feature vectors (policies/linear.py) on a campaign with
+``features``.
+
+A request offers its own actions (``offers: "actions"``: one parameter θ shared by every action) or one
+context for the campaign's fixed arms (``offers: "context"``: a parameter per arm, the context in that arm's
+block). Either way the policy reads LinearStats with one row per model block, built from what the store keeps
+for every campaign plus the model's sums:
+- Σ AAᵀ and b = Σ (value/max)·A per block (``StateSnapshot.model``), the decisions per block (the counters'
+  pulls);
+- the window, per block: the decisions inside it (the histogram's cells younger than the window, as Ñ reads
+  them) and the sum of their footprints (each decision's number frozen when it was made, kept per cell).
+Decisions grouped into one store call are chosen in turn, each seeing the ones before it (a deterministic
+index on identical contexts would otherwise pick one arm for the whole group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from latebandit.campaign import Campaign
+from latebandit.policies.linear import LinearStats
+from latebandit.store.base import LinearSums, StateSnapshot
+
+MAX_ACTIONS = 1_000
+
+
+class OfferInvalid(ValueError):
+    """A /choose body whose actions or context do not fit the campaign: a 422 naming ``field``."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a /choose request offers a contextual campaign: its actions' features (K, d) with their ids, or a
+    context (1, d) with no ids."""
+
+    vectors: np.ndarray
+    labels: tuple[str, ...] | None
+
+    @classmethod
+    def of_request(cls, actions: list[tuple[str, list[float]]] | None, context: list[float] | None) -> Offer | None:
+        """The request's offer (None when it offers nothing); OfferInvalid for both forms at once, or for
+        actions whose ids repeat."""
+        if actions is not None and context is not None:
+            raise OfferInvalid("actions", "give either actions or a context, not both")
+        if context is not None:
+            return cls(_vectors("context", [context]), None)
+        if actions is None:
+            return None
+        labels = tuple(label for label, _ in actions)
+        if len(set(labels)) != len(labels):
+            raise OfferInvalid("actions", "action ids must be unique within a request")
+        return cls(_vectors("actions", [features for _, features in actions]), labels)
+
+    def check(self, campaign: Campaign) -> None:
+        """OfferInvalid unless this offer is the campaign's form, of its dimension, with norms at most 1."""
+        field = "context" if self.labels is None else "actions"
+        if campaign.offers is None:
+            raise OfferInvalid(
+                field, f"campaign {campaign.id!r} is not contextual: its requests name only the campaign"
+            )
+        if campaign.offers != field:
+            wanted = "its own actions" if campaign.offers == "actions" else "a context for its arms"
+            raise OfferInvalid(field, f'campaign {campaign.id!r} takes {wanted} ("{campaign.offers}")')
+        width = self.vectors.shape[1]
+        if width != campaign.features:
+            raise OfferInvalid(
+                field, f"features have {width} numbers; campaign {campaign.id!r} has d = {campaign.features}"
+            )
+        norms = np.sqrt(np.einsum("kd,kd->k", self.vectors, self.vectors))
+        if not (norms <= 1.0 + 1e-9).all():  # the width's scale assumes ‖a‖ <= 1 (docs/algorithms/linear.md)
+            worst = int(norms.argmax())
+            where = field if self.labels is None else f"actions[{worst}]"
+            raise OfferInvalid(
+                where, f"features have norm {norms[worst]:.6g} > 1: scale them by a fixed bound per feature"
+            )
+
+
+def _vectors(field: str, rows: list[list[float]]) -> np.ndarray:
+    if not rows:
+        raise OfferInvalid(field, "at least one action")
+    if len(rows) > MAX_ACTIONS:
+        raise OfferInvalid(field, f"at most {MAX_ACTIONS} actions a request")
+    if len({len(row) for row in rows}) != 1:
+        raise OfferInvalid(field, "every action has the same number of features")
+    vectors = np.array(rows, dtype=np.float64)
+    if vectors.shape[1] == 0 or not np.isfinite(vectors).all():
+        raise OfferInvalid(field, "features are finite numbers, d of them")
+    return vectors
+
+
+@dataclass(frozen=True)
+class ContextualChoice:
+    """One request's decision: the model block its pull counts in (its arm index), what the answer names, and
+    what its record carries."""
+
+    block: int
+    label: str
+    propensity: float
+    features: np.ndarray
+    footprint: float
+
+
+def linear_stats(campaign: Campaign, state: StateSnapshot, now: int) -> LinearStats:
+    """The policy's view of ``state`` at ``now`` (µs): one row per block; rewards on value/max."""
+    blocks, d = len(campaign.arms), int(campaign.features or 0)
+    model = state.model if state.model is not None else LinearSums.zeros(blocks, d)
+    hist = state.histogram
+    inside = (hist.bucket + 1) * campaign.bucket_width_us > now - campaign.window_us
+    footprint = hist.footprint if hist.footprint is not None else np.zeros(len(hist.count))
+    return LinearStats(
+        model.gram,
+        model.reward / campaign.reward.max,
+        state.counters.pulls.astype(np.float64),
+        np.bincount(hist.arm[inside], hist.count[inside].astype(np.float64), minlength=blocks),
+        np.bincount(hist.arm[inside], footprint[inside], minlength=blocks),
+    )
+
+
+def matured_cells(campaign: Campaign, state: StateSnapshot, now: int) -> np.ndarray:
+    """(n,) bool: the histogram cells wholly older than the window, which the store folds away."""
+    return (state.histogram.bucket + 1) * campaign.bucket_width_us <= now - campaign.window_us
+
+
+def choose_offers(
+    campaign: Campaign, stats: LinearStats, offers: list[Offer], rng: np.random.Generator
+) -> list[ContextualChoice]:
+    """The decisions of ``offers`` in turn, each chosen from ``stats`` plus the decisions before it."""
+    policy, chosen = campaign.contextual_policy, []
+    for offer in offers:
+        if offer.labels is None:
+            choice = policy.choose_arm(stats, offer.vectors[0], rng)
+            block = int(choice.action[0])
+            label, features = campaign.arms[block], offer.vectors[0]
+        else:
+            choice = policy.choose(stats, offer.vectors[None], rng)
+            action = int(choice.action[0])
+            block, label, features = 0, offer.labels[action], offer.vectors[action]
+        footprint = float(choice.footprint[0])
+        chosen.append(ContextualChoice(block, label, float(choice.propensity[0]), features, footprint))
+        stats = stats.with_decision(block, features, footprint)
+    return chosen
+
+
+def fallback_choice(campaign: Campaign, offer: Offer) -> ContextualChoice:
+    """What a contextual campaign falls back to: its default arm, or the first action offered (the caller's
+    order is its preference), with propensity 1 and no footprint (a fallback's pull never counts)."""
+    if offer.labels is None:
+        arm = campaign.default_arm or campaign.arms[0]
+        return ContextualChoice(campaign.arm_index[arm], arm, 1.0, offer.vectors[0], 0.0)
+    return ContextualChoice(0, offer.labels[0], 1.0, offer.vectors[0], 0.0)
+
+
+def decision_fields(campaign: Campaign, offer: Offer, features: np.ndarray, footprint: float) -> dict[str, Any]:
+    """What a contextual decision's audit record adds: the chosen features and footprint (what a rebuild adds
+    to the model), and the offered actions when the campaign logs them (what ``replay --policy`` needs)."""
+    fields: dict[str, Any] = {"features": features.tolist(), "footprint": footprint}
+    if campaign.log_actions and offer.labels is not None:
+        fields["actions"] = [
+            {"id": label, "features": row} for label, row in zip(offer.labels, offer.vectors.tolist(), strict=True)
+        ]
+    return fields
+
+
+def model_state(campaign: Campaign, state: StateSnapshot, now: int) -> dict[str, Any]:
+    """The ``model`` object of GET /state: θ̂ estimates τ_m·θ (the window-discounted parameter; for a context
+    campaign the blocks of every arm in arm order, d numbers each, and each arm's own row under ``arms``).
+    ``correction_share`` is how much of the exploration width the delay correction makes (the worst arm's)."""
+    stats = linear_stats(campaign, state, now)
+    policy = campaign.contextual_policy
+    rows = [policy.policy_state(stats.block(k)) for k in range(len(campaign.arms))]
+    theta = [value for row in rows for value in row["theta"]]
+    body: dict[str, Any] = {
+        "d": campaign.features,
+        "decisions": int(state.counters.pulls.sum()),
+        "conversions": int(state.counters.counted.sum()),
+        "value": float(state.counters.conversions.sum()),
+        "theta": theta,
+        "pending": int(stats.window_count.sum()),
+        "theta_norm": float(np.linalg.norm(theta)),
+        "correction_share": max(_correction_share(policy.params(), row) for row in rows),
+    }
+    if campaign.offers == "context":
+        body["arms"] = {arm: row for arm, row in zip(campaign.arms, rows, strict=True)}
+    else:
+        body |= {key: value for key, value in rows[0].items() if key not in body}
+    return body
+
+
+def _correction_share(params: dict[str, Any], row: dict[str, Any]) -> float:
+    """S/(2f+S) for a UCB index (0 without a correction), (c − σ0)/c for the Thompson inflation c."""
+    if "inflation" in row:
+        return float((row["inflation"] - params["sigma0"]) / row["inflation"])
+    width = row.get("window_sum", 0.0)
+    return float(width / (2.0 * row["f"] + width)) if width > 0 else 0.0
