@@ -271,7 +271,7 @@ class MemoryStore:
             return earlier
         self.remember_request(campaign, request_id, pull, ttl)
         self._queue(memory, [pull.record])
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, action=pull.action)
 
     async def apply_conversions(
         self, campaign: Campaign, events: list[PreparedConversion]

@@ -17,7 +17,6 @@ from latebandit.engine.contextual import MAX_ACTIONS, Offer
 from latebandit.ids import Identifier
 from latebandit.logs import NAMED_CAMPAIGN
 
-
 Features = Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=256)]
 
 
