@@ -21,6 +21,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import orjson
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -54,6 +56,9 @@ DECISION_FIELDS = (
     "fallback",
     "request_id",
 )
+
+CONTEXTUAL_FIELDS = ("features", "footprint", "actions")
+"""What a contextual decision's record adds (engine/contextual.py's ``decision_fields``)."""
 
 FEEDBACK_FIELDS: dict[str, tuple[str, ...]] = {
     "conversion": ("event_id", "decision_id", "arm", "decided_at", "occurred_at", "received_at", "value"),
@@ -155,14 +160,18 @@ class Decision(QueueKeyed, Base):
     version: Mapped[int] = mapped_column(Integer)
     fallback: Mapped[bool] = mapped_column(Boolean)
     request_id: Mapped[str | None] = mapped_column(String)
+    # A contextual decision's CONTEXTUAL_FIELDS as a JSON object (text: the table is written by COPY); else null.
+    contextual: Mapped[str | None] = mapped_column(Text)
 
     @staticmethod
     def row(record: Record) -> dict[str, Any]:
-        return columns(record, DECISION_FIELDS)
+        extra = {key: record[key] for key in CONTEXTUAL_FIELDS if key in record}
+        return columns(record, DECISION_FIELDS) | {"contextual": orjson.dumps(extra).decode() if extra else None}
 
     @staticmethod
     def record(row: Mapping[Any, Any]) -> Record:
-        return rebuilt("decision", row, DECISION_FIELDS)
+        record = rebuilt("decision", row, DECISION_FIELDS)
+        return record | orjson.loads(row["contextual"]) if row["contextual"] else record
 
 
 class FeedbackEvent(QueueKeyed, Base):

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 from latebandit.audit.export import record_to_line
@@ -223,7 +224,7 @@ class Replayer:
 
     async def _decision(self, line: dict[str, Any]) -> None:
         campaign = self.campaigns.get(line["campaign"])
-        if campaign is None or line["arm"] not in campaign.arm_index:
+        if campaign is None or (campaign.offers != "actions" and line["arm"] not in campaign.arm_index):
             self.skipped["decision_without_campaign"] += 1
             return
         if line["decision_id"] in self.decisions:  # a log has each decision once: an archive given twice
@@ -232,7 +233,7 @@ class Replayer:
         at = parse_time(line["at"])
         if not self._advance(campaign.id, at):
             return
-        arm = campaign.arm_index[line["arm"]]
+        arm = 0 if campaign.offers == "actions" else campaign.arm_index[line["arm"]]  # an actions campaign's one block
         counted = not line.get("fallback", False)
         await self._settle(campaign, at)
         self.decisions[line["decision_id"]] = LoggedDecision(
@@ -244,6 +245,9 @@ class Replayer:
         bucket, offset, moments = bucket_moments(campaign, at)
         propensity = float(line.get("propensity", 1.0))
         pull = Pull(arm, bucket, offset, moments, line["decision_id"], propensity, {"at": at})
+        if campaign.contextual and "features" in line:  # what its conversion adds to b, its window footprint
+            pull.features, pull.footprint = np.array(line["features"], dtype=np.float64), float(line["footprint"])
+            pull.action = line["arm"] if campaign.offers == "actions" else None
         if counted and campaign.plays_schedule:
             claim = await self.store.claim_slot(campaign, pull, None, self.request_ttl)
             if claim.status is not ClaimStatus.NEW:

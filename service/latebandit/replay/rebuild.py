@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from latebandit.audit.log import AuditLog
 from latebandit.config import Settings
 from latebandit.replay.apply import Replayer, read_log, records_as_lines
-from latebandit.store.memory import MemoryStore
+from latebandit.store.memory import MemoryStore, Remembered
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, wall_clock
 
@@ -69,13 +71,23 @@ async def rebuild_redis(
     for campaign_id, config in replayer.campaigns.items():
         memory = replayer.store.export_campaign(campaign_id)
         snapshot = await replayer.store.snapshot(config)
-        expiring: dict[str, tuple[str, int]] = {}
+        expiring: dict[str, tuple[str | bytes, int]] = {}
         for key, (expires, value) in memory.expiring.items():
             remaining = expires - replayer.latest // MICROS
             if remaining > 0:
-                text = "|".join(map(str, value)) if isinstance(value, tuple) else "1" if value is True else repr(value)
-                expiring[key] = (text, remaining)
+                expiring[key] = (_stored(value), remaining)
         await store.replace_state(
-            memory.campaign, snapshot.counters, snapshot.histogram, expiring, snapshot.delays, memory.schedule
-        )
+            memory.campaign, snapshot.counters, snapshot.histogram, expiring, snapshot.delays, memory.schedule,
+            snapshot.model,
+        )  # fmt: skip
     return Rebuilt(list(replayer.campaigns), replayer.skipped)
+
+
+def _stored(value: Remembered) -> str | bytes:
+    """What the Redis store keeps for a remembered value: a request's decision as ``id|arm|propensity`` (and
+    ``|action``), a credited reward, "1" for a dedup entry, a contextual decision's features as a float64 blob."""
+    if isinstance(value, np.ndarray):
+        return value.astype("<f8").tobytes()
+    if isinstance(value, tuple):
+        return "|".join(str(part) for part in value if part is not None)
+    return "1" if value is True else repr(value)

@@ -31,7 +31,7 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited)
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited, self.model)
         retired = [self._tagged(campaign, name) for name in RETIRED]
         return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
@@ -44,6 +44,10 @@ class Keys:
         """The pattern (SCAN MATCH) of a campaign's request-id keys (a campaign id holds no glob character)."""
         return self._tagged(campaign, "req:*")
 
+    def all_features(self, campaign: str) -> str:
+        """The pattern (SCAN MATCH) of a contextual campaign's ``features`` hashes."""
+        return self._tagged(campaign, "feat:*")
+
     def config(self, campaign: str) -> str:
         return self._tagged(campaign, "config")
 
@@ -55,8 +59,20 @@ class Keys:
         return self._tagged(campaign, "counters")
 
     def cells(self, campaign: str) -> str:
-        """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments)."""
+        """Hash of the pull histogram: ``arm:bucket:c|o|v|e1..eJ`` (count, offset, converted, moments), and for a
+        contextual campaign ``arm:bucket:f`` (the sum of its decisions' footprints)."""
         return self._tagged(campaign, "cells")
+
+    def model(self, campaign: str) -> str:
+        """Hash of a contextual campaign's model sums per block (store/base.py's LinearSums), each a blob of
+        little-endian float64: ``g:k`` Σ AAᵀ (d·d), ``b:k`` b (d)."""
+        return self._tagged(campaign, "model")
+
+    def features(self, campaign: str, bucket: int) -> str:
+        """Hash of the chosen features of a contextual campaign's decisions of histogram ``bucket``, by the
+        decision id's signature (store/base.py's ``features_field``) → float64 blob; it expires when the last
+        conversion that can count has been reported (Campaign.features_expire_at)."""
+        return self._tagged(campaign, f"feat:{bucket}")
 
     def delays(self, campaign: str) -> str:
         """Hash of observed conversion delays: ``arm:bucket`` → count (buckets of service/latebandit/delays/tail.py)."""

@@ -50,6 +50,7 @@ from latebandit.store.base import (
     DecisionResult,
     DecisionStatus,
     Histogram,
+    LinearSums,
     PreparedConversion,
     Pull,
     StateSnapshot,
@@ -117,12 +118,13 @@ class _Cached:
     policy: int  # the policy version it was read for: a policy change resets the state
     arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
+    model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions since
 
     def version(self) -> StateVersion:
         return StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
 
     def snapshot(self) -> StateSnapshot:
-        return StateSnapshot(self.counters, self.histogram, self.delays, self.version())
+        return StateSnapshot(self.counters, self.histogram, self.delays, self.version(), self.model)
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
@@ -166,12 +168,15 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     2^53, where a float64 would round it); only the moments are floats."""
     counts: dict[tuple[int, int], list[int]] = {}
     moments: dict[tuple[int, int], list[float]] = {}
+    footprints: dict[tuple[int, int], float] = {}
     slot = {b"c": 0, b"o": 1, b"v": 2}
     for field, value in raw.items():
         arm, bucket, kind = field.split(b":")
         cell = (int(arm), int(bucket))
         if kind in slot:
             counts.setdefault(cell, [0, 0, 0])[slot[kind]] = int(value)
+        elif kind == b"f":
+            footprints[cell] = float(value)
         else:
             moments.setdefault(cell, [0.0] * components)[int(kind[1:]) - 1] = float(value)
     if not counts:
@@ -179,9 +184,21 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     keys = np.array(list(counts), dtype=np.int64)
     ints = np.array(list(counts.values()), dtype=np.int64)
     floats = np.array([moments.get(cell, [0.0] * components) for cell in counts], dtype=np.float64)
+    footprint = np.array([footprints.get(cell, 0.0) for cell in counts]) if footprints else None
     return Histogram(
-        keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components)
-    )
+        keys[:, 0], keys[:, 1], ints[:, 0], ints[:, 1], ints[:, 2], floats.reshape(len(counts), components),
+        footprint,
+    )  # fmt: skip
+
+
+def parse_model(raw: dict[bytes, bytes], blocks: int, d: int) -> LinearSums:
+    """The model hash (store/lua/linear_lib.lua's float64 blobs ``g:k``, ``b:k``) as LinearSums; absent: 0."""
+    model = LinearSums.zeros(blocks, d)
+    for field, value in raw.items():
+        kind, block = field.split(b":")
+        target = model.gram if kind == b"g" else model.reward
+        target[int(block)] = np.frombuffer(value, dtype="<f8").reshape(target.shape[1:])
+    return model
 
 
 def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
@@ -380,7 +397,10 @@ class RedisStore:
             if not await self._run("purge_campaign", [counters, audit, *rest], [now]):
                 continue
             async with self._reachable("purge"):
-                requests = [key async for key in self.client.scan_iter(match=self.keys.requests(cid), count=1000)]
+                requests = [
+                    key for pattern in (self.keys.requests(cid), self.keys.all_features(cid))
+                    async for key in self.client.scan_iter(match=pattern, count=1000)
+                ]  # fmt: skip
                 for start in range(0, len(requests), 1000):  # one slot: one DEL on a cluster too
                     await self.client.delete(*requests[start : start + 1000])
                 await self.client.srem(self.keys.registry(), cid)
@@ -393,7 +413,7 @@ class RedisStore:
     ) -> Campaign | None:
         cid = campaign.id
         keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [name(cid) for name in self.keys.schedule_names()]
+        keys += [*(name(cid) for name in self.keys.schedule_names()), self.keys.model(cid)]
         before = campaign.arms_version if arms_before is None else arms_before
         args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record), before,
                                   campaign.arms_version]  # fmt: skip
@@ -465,7 +485,9 @@ class RedisStore:
             pipe.hgetall(self.keys.counters(campaign.id))
             pipe.hgetall(self.keys.cells(campaign.id))
             pipe.hgetall(self.keys.delays(campaign.id))
-            counters_raw, cells_raw, delays_raw = await pipe.execute()
+            if campaign.contextual:
+                pipe.hgetall(self.keys.model(campaign.id))
+            counters_raw, cells_raw, delays_raw, *model_raw = await pipe.execute()
         if counters_raw and counters_raw.get(b"a", b"0") != b"%d" % campaign.arms_version:
             raise CampaignMoved(campaign.id)  # the caller's arms are not the stored ones: it reloads the campaign
         components = len(campaign.exact_components)
@@ -473,7 +495,8 @@ class RedisStore:
             counters = parse_counters(counters_raw, len(campaign.arms))
             histogram = parse_histogram(cells_raw, components)
             delays = parse_delays(delays_raw, len(campaign.arms))
-            _finite(counters.conversions, histogram.moments)
+            model = parse_model(model_raw[0], len(campaign.arms), campaign.features or 0) if model_raw else None
+            _finite(counters.conversions, histogram.moments, *(() if model is None else (model.gram, model.reward)))
         cached = _Cached(
             counters,
             histogram,
@@ -483,6 +506,7 @@ class RedisStore:
             campaign.version,
             campaign.arms_version,
             _stamp(counters_raw),
+            model,
         )
         self._cache[campaign.id] = cached
         return cached.snapshot()
@@ -502,18 +526,38 @@ class RedisStore:
         sent = (held.counters, held.version()) if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
-        args.append(campaign.arms_version)
+        grams = _batch_grams(pulls) if campaign.contextual else {}
+        args += [campaign.arms_version, len(grams), campaign.features_expire_at(pulls[0].bucket)]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
             args += [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity),
                      orjson.dumps(pull.record), int(request_id is not None), *map(repr, pull.moments)]  # fmt: skip
+            if grams:
+                assert pull.features is not None and pull.bucket == pulls[0].bucket, "one moment's decisions"
+                args += [pull.features.astype("<f8").tobytes(), repr(pull.footprint)]
+        if grams:
+            keys += [self.keys.model(campaign.id), self.keys.features(campaign.id, pulls[0].bucket)]
+            for block, gram in grams.items():
+                args += [block, gram.astype("<f8").tobytes()]
         statuses, earlier, reply = await self._run("record_decisions", keys, args)
+        if grams:
+            self._add_own_decisions(campaign, pulls, statuses)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
         return [
             _decision_result(status, stored, pull, counters)
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
+
+    def _add_own_decisions(self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int]) -> None:
+        """This worker's new contextual decisions added to the model it holds, so that its next decisions see
+        them before the next read (one recorded between a read's sending and its answer counts twice until
+        the read after: a V slightly too large for at most ``snapshot_interval``)."""
+        cached = self._cached(campaign)
+        if cached is not None and cached.model is not None:
+            cached.model = cached.model.with_decisions(
+                pull for pull, status in zip(pulls, statuses, strict=True) if status == 0
+            )
 
     def _counters_after(
         self,
@@ -560,7 +604,7 @@ class RedisStore:
             return _earlier(earlier)
         if status in REFUSALS:
             return DecisionResult(REFUSALS[status])
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, action=pull.action)
 
     async def apply_conversions(
         self, campaign: Campaign, events: list[PreparedConversion]
@@ -577,9 +621,15 @@ class RedisStore:
         cid, now = campaign.id, self._clock()
         keys = [self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
         keys += [self.keys.dedup(cid), self.keys.delays(cid), self.keys.credited(cid)]
+        kept = {}  # a contextual campaign's features hash per bucket: its index in KEYS (Lua counts from 1)
+        if campaign.contextual:
+            keys.append(self.keys.model(cid))
+            for bucket in sorted({event.bucket for event in events}):
+                keys.append(self.keys.features(cid, bucket))
+                kept[bucket] = len(keys)
         params = [
             [event.event_id or "", event.decision_id, event.counts, event.censored, event.arm, event.bucket,
-             repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket]
+             repr(event.value), now // MICROS + event.dedup_ttl, event.delay_bucket, kept.get(event.bucket, 0)]
             for event in events
         ]  # fmt: skip
         records = orjson.dumps([event.record for event in events])
@@ -726,15 +776,17 @@ class RedisStore:
         campaign: Campaign,
         counters: Counters,
         histogram: Histogram,
-        expiring: dict[str, tuple[str, int]],
+        expiring: dict[str, tuple[str | bytes, int]],
         delays: np.ndarray | None = None,
         schedule: ScheduleBook | None = None,
+        model: LinearSums | None = None,
     ) -> None:
         """Overwrite a campaign's state in one transaction (``latebandit rebuild``). ``expiring`` maps what
         the memory store remembers (``req:…`` request ids, ``ev:…``/``cv:…`` dedup entries) to its value and
         remaining seconds (a ``cv:`` entry's value other than "1": its decision's credited reward); ``delays``
         is the (K, buckets) delay histogram (none: empty); ``schedule``, a planning campaign's schedule as the
-        embedded store keeps it."""
+        embedded store keeps it; ``model``, a contextual campaign's sums (its decisions' features are the
+        ``ft:<bucket>:<field>`` entries of ``expiring``)."""
         cid, now = campaign.id, self._clock() // MICROS
         async with self._reachable("rebuild"), self.client.pipeline(transaction=True) as pipe:
             pipe.delete(*self.keys.state(cid))
@@ -749,8 +801,16 @@ class RedisStore:
                 pipe.hset(self.keys.delays(cid), mapping=counts)
             if schedule is not None and schedule.plan is not None:
                 self._write_schedule(pipe, cid, schedule)
+            if model is not None:
+                blobs: HashFields = {f"g:{k}": gram.astype("<f8").tobytes() for k, gram in enumerate(model.gram)}
+                blobs |= {f"b:{k}": reward.astype("<f8").tobytes() for k, reward in enumerate(model.reward)}
+                pipe.hset(self.keys.model(cid), mapping=blobs)
             for suffix, (value, seconds) in expiring.items():
-                if suffix.startswith("req:"):
+                if suffix.startswith("ft:"):
+                    _, bucket, name = suffix.split(":")
+                    pipe.hset(self.keys.features(cid, int(bucket)), name, value)
+                    pipe.expire(self.keys.features(cid, int(bucket)), max(1, seconds))
+                elif suffix.startswith("req:"):
                     pipe.set(self.keys.tagged(cid, suffix), value, ex=max(1, seconds))
                 else:
                     pipe.zadd(self.keys.dedup(cid), {suffix: now + seconds})
@@ -848,7 +908,7 @@ CLAIM_REFUSALS = {
 def _decision_result(status: int, earlier: bytes, pull: Pull, counters: Counters | None) -> DecisionResult:
     """One pull's answer from record_decisions.lua (statuses in the script's header)."""
     if status == 0:
-        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters)
+        return DecisionResult(DecisionStatus.NEW, pull.decision_id, pull.arm, pull.propensity, counters, pull.action)
     if status == 1:
         return _earlier(earlier, counters)
     return DecisionResult(REFUSALS[status])
@@ -858,9 +918,21 @@ REFUSALS = {2: DecisionStatus.PAUSED, 3: DecisionStatus.UNKNOWN, 4: DecisionStat
 
 
 def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
-    """The decision a request_id already got, stored as ``decision id|arm|propensity``."""
-    decision_id, arm, propensity = stored.decode().split("|")
-    return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters)
+    """The decision a request_id already got, stored as ``decision id|arm|propensity``, and on a contextual
+    campaign ``|action id`` (the label its answer named)."""
+    decision_id, arm, propensity, *action = stored.decode().split("|")
+    return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters,
+                          action[0] if action else None)  # fmt: skip
+
+
+def _batch_grams(pulls: Sequence[Pull]) -> dict[int, np.ndarray]:
+    """Per block, the Σ AAᵀ of a batch's contextual pulls (what record_decisions.lua adds once per block)."""
+    grams: dict[int, np.ndarray] = {}
+    for pull in pulls:
+        if pull.features is not None:
+            outer = np.outer(pull.features, pull.features)
+            grams[pull.arm] = grams[pull.arm] + outer if pull.arm in grams else outer
+    return grams
 
 
 def _records(fields: dict[bytes, bytes]) -> list[Record]:
@@ -907,5 +979,7 @@ def _write_histogram(pipe: Pipeline | ClusterPipeline, key: str, histogram: Hist
         mapping[cell + "v"] = int(histogram.converted[row])
         for j, moment in enumerate(histogram.moments[row], start=1):
             mapping[f"{cell}e{j}"] = repr(float(moment))
+        if histogram.footprint is not None:
+            mapping[cell + "f"] = repr(float(histogram.footprint[row]))
     if mapping:
         pipe.hset(key, mapping=mapping)

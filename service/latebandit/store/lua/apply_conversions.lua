@@ -1,14 +1,16 @@
--- requires: campaign_lib, feedback_lib
+-- requires: campaign_lib, feedback_lib, linear_lib
 -- Deduplicate, count and queue for audit a batch of one campaign's conversions (mirrors memory.py).
 -- KEYS: counters, cells, audit, dedup (sorted set: seen event ids and converted decisions by expiry),
 -- delays (hash arm:delay bucket -> count), credited (hash 'cv:<decision id>' -> the reward credited to a
--- counted decision so far, kept on a sum campaign as long as its dedup entry).
+-- counted decision so far, kept on a sum campaign as long as its dedup entry); for a contextual campaign then
+-- its model and the features hashes of the events' decisions.
 -- ARGV: now (s), events (JSON array of [event id or '', decision id, counts, censored, arm, bucket,
--- value, expires (s), delay bucket]), audit records (a JSON array, one per event), policy version the events
+-- value, expires (s), delay bucket, the key index of its decision's features hash or 0 (not contextual)]),
+-- audit records (a JSON array, one per event), policy version the events
 -- were classified against, reward.max, '1' if a decision's conversions add up (reward.per_decision 'sum'),
 -- now µs.
 -- Returns one outcome per event ('value_out_of_range' for a value outside [0, max]: nothing changed, nothing
--- recorded), or {'paused'} / {'unknown'} / {'moved'} (another policy version) / {'archived'} (received after
+-- recorded; 'stale' for a contextual decision whose features are no longer kept), or {'paused'} / {'unknown'} / {'moved'} (another policy version) / {'archived'} (received after
 -- its feedback_until) for the batch.
 local counters, cells, audit, seen, delays, credited = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local refusal = campaign_refusal(counters, ARGV[4], tonumber(ARGV[7]))
@@ -25,6 +27,7 @@ sweep(seen, now_s, 2 * #events + 16, credited)
 -- bit for bit what a replay computes, since '%.17g' round-trips a double exactly.
 local sums, counted = {}, {}  -- per 's:arm', per 'c:arm'
 local observed, converted = {}, {}  -- per 'arm:delay bucket', per 'arm:bucket:' cell
+local rewards = {}  -- a contextual campaign's b per block: Σ value·A of its counted conversions
 
 -- Add ``amount`` to the arm's S in ``sums`` (read once from the counters).
 local function add_sum(arm, amount)
@@ -34,7 +37,9 @@ end
 
 local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
-  local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket = unpack(event)
+  local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket, kept = unpack(event)
+  local vector = nil  -- a contextual decision's features: false once gone
+  if kept > 0 then vector = redis.call('HGET', KEYS[kept], string.match(decision, '[^.]*$')) end
   local outcome
   value = tonumber(value)
   if not (value and value >= 0 and value <= most) then  -- NaN too: S grows by at most max a decision
@@ -72,9 +77,13 @@ for i, event in ipairs(events) do
     end
     if censored then
       outcome = 'censored'
-    elseif not counts then
+    elseif not counts or vector == false then  -- false: its features are gone, past window + lateness
       outcome = 'stale'
     else
+      if vector then
+        rewards[arm] = rewards[arm] or {}
+        accumulate(rewards[arm], vector, value, false)
+      end
       add_sum(arm, value)
       counted['c:' .. arm] = (counted['c:' .. arm] or 0) + 1
       local cell = arm .. ':' .. bucket .. ':'
@@ -89,6 +98,7 @@ for field, total in pairs(sums) do redis.call('HSET', counters, field, string.fo
 for field, count in pairs(counted) do redis.call('HINCRBY', counters, field, count) end
 if next(sums) or next(counted) then stamp_counters(counters) end
 for field, count in pairs(observed) do redis.call('HINCRBY', delays, field, count) end
+for block, reward in pairs(rewards) do add_doubles(KEYS[7], 'b:' .. block, reward) end
 for cell, count in pairs(converted) do  -- a cell folded into ``matured`` since the decision counts no more
   if redis.call('HEXISTS', cells, cell .. 'c') == 1 then redis.call('HINCRBY', cells, cell .. 'v', count) end
 end

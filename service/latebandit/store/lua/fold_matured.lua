@@ -10,7 +10,7 @@ for i = 2, #ARGV - 1, 2 do
   if count then
     redis.call('HINCRBY', counters, 'm:' .. ARGV[i], count)
     folded = true
-    local fields = {cell .. 'c', cell .. 'o', cell .. 'v'}
+    local fields = {cell .. 'c', cell .. 'o', cell .. 'v', cell .. 'f'}
     for j = 1, moments do fields[#fields + 1] = cell .. 'e' .. j end
     redis.call('HDEL', cells, unpack(fields))
   end

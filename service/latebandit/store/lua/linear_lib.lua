@@ -1,0 +1,47 @@
+-- Shared by the scripts that add to a contextual campaign's model (prepended by store/redis.py to every script
+-- whose first line "-- requires: ..." names linear_lib): its sums are blobs of little-endian float64 (NumPy's
+-- '<f8', store/redis.py's ``parse_model``), added element by element in IEEE doubles, as the embedded store adds.
+
+local CHUNK = 200  -- doubles per struct call: unpack's stack is bounded
+
+local function doubles(blob)
+  local values, count = {}, #blob / 8
+  for first = 1, count, CHUNK do
+    local size = math.min(CHUNK, count - first + 1)
+    local part = {struct.unpack('<' .. string.rep('d', size), blob, (first - 1) * 8 + 1)}
+    for i = 1, size do values[first + i - 1] = part[i] end
+  end
+  return values
+end
+
+local function blob_of(values)
+  local parts = {}
+  for first = 1, #values, CHUNK do
+    local last = math.min(first + CHUNK - 1, #values)
+    parts[#parts + 1] = struct.pack('<' .. string.rep('d', last - first + 1), unpack(values, first, last))
+  end
+  return table.concat(parts)
+end
+
+-- Add ``values`` (a table of doubles) to the blob in ``field`` of ``key`` (absent: zeros).
+local function add_doubles(key, field, values)
+  local stored = redis.call('HGET', key, field)
+  local total = stored and doubles(stored) or {}
+  for i = 1, #values do total[i] = (total[i] or 0) + values[i] end
+  redis.call('HSET', key, field, blob_of(total))
+end
+
+-- Into ``into`` (a table of doubles, absent entries zero), add ``scale`` times the values of ``blob``, or with
+-- ``outer`` their outer product a·aᵀ (row-major), what a decision adds to Σ AAᵀ.
+local function accumulate(into, blob, scale, outer)
+  local a = doubles(blob)
+  if outer then
+    local d = #a
+    for i = 1, d do
+      local row = (i - 1) * d
+      for j = 1, d do into[row + j] = (into[row + j] or 0) + a[i] * a[j] end
+    end
+  else
+    for i = 1, #a do into[i] = (into[i] or 0) + scale * a[i] end
+  end
+end

@@ -1,0 +1,140 @@
+"""Contextual campaigns through the decision engine, on the embedded store, Redis and Redis Cluster: the live
+model equals the replay of the audit log through any sequence of decisions, conversions and waits (the
+window folding decisions away), in both request forms, with two workers over one store; a worker's own
+decisions are seen by its next ones before its next read; a rebuild restores the model and the kept features."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from latebandit.audit.log import AuditLog
+from latebandit.audit.writer import AuditWriter
+from latebandit.campaign import CampaignSpec
+from latebandit.config import Settings
+from latebandit.engine.contextual import Offer
+from latebandit.engine.core import Decision, DecisionEngine, EngineOptions
+from latebandit.replay.rebuild import rebuild_redis
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS
+from latebandit.tokens import TokenSigner
+from tests.integration.test_arm_changes_live import STORES, Clock, audit_lines, converted, replayed_state, workers
+
+SPECS = {
+    "actions": {"id": "ctx", "policy": {"name": "otf-linucb"}, "features": 3, "window": 600.0},
+    "context": {"id": "ctx", "arms": ["a", "b", "c"], "features": 3, "window": 600.0,
+                "policy": {"name": "otf-lints", "params": {"sigma0": 0.2, "propensity_samples": 50}}},
+}  # fmt: skip
+
+
+def offer(form: str, seed: int) -> Offer:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(4 if form == "actions" else 1, 3))
+    vectors /= np.maximum(1.0, np.linalg.norm(vectors, axis=1))[:, None]
+    labels = tuple(f"item{seed % 7}-{k}" for k in range(len(vectors))) if form == "actions" else None
+    return Offer(vectors, labels)
+
+
+def assert_same_state(live: dict[str, Any], replayed: dict[str, Any]) -> None:
+    """Equal, the model's floats up to rounding (Redis adds a batch's Σ AAᵀ at once, a replay each pull's)."""
+    live_model, replayed_model = live.pop("model"), replayed.pop("model")
+    assert replayed == live
+    for key, value in live_model.items():
+        if isinstance(value, float | list):
+            np.testing.assert_allclose(replayed_model[key], value, rtol=1e-9, atol=1e-12, err_msg=key)
+        elif key != "arms":
+            assert replayed_model[key] == value, key
+    assert live_model.get("arms", {}).keys() == replayed_model.get("arms", {}).keys()
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("choose"), st.integers(0, 1), st.integers(1, 3), st.integers(0, 10_000)),
+        st.tuples(st.just("convert"), st.integers(0, 1), st.integers(0, 60), st.integers(0, 900)),
+        st.tuples(st.just("wait"), st.integers(1, 1200)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.parametrize("form", ["actions", "context"])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=operations)
+async def test_live_model_equals_the_replay(request, kind, form, steps) -> None:
+    clock = Clock()
+    async with workers(request, kind, clock) as engines:
+        await engines[0].create_campaign(CampaignSpec(**SPECS[form]))
+        decisions: list[Decision] = []
+        for step in steps:
+            engine = engines[step[1] % len(engines)] if step[0] != "wait" else engines[0]
+            clock.now += 1000
+            if step[0] == "choose":
+                for k in range(step[2]):
+                    decision = await engine.choose("ctx", offer=offer(form, step[3] + k))
+                    assert not decision.fallback and 0 < decision.propensity <= 1
+                    decisions.append(decision)
+            elif step[0] == "convert" and decisions:
+                decision = decisions[step[2] % len(decisions)]
+                at = engine.signer.verify(decision.decision_id).decided_at + step[3] * MICROS
+                clock.now = max(clock.now, at)
+                assert (await engine.feedback([converted(decision, at)])).rejected == []
+            elif step[0] == "wait":
+                clock.now += step[1] * MICROS
+        live = await engines[-1].state("ctx", clock.now)
+        assert live["model"]["decisions"] == len(decisions)
+        replayed = await replayed_state(await audit_lines(engines[0].store, "ctx"), "ctx", clock.now)
+        assert_same_state(live, replayed)
+
+
+@pytest.mark.redis
+async def test_a_worker_sees_its_own_decisions_before_its_next_read(redis_url, redis_prefix) -> None:
+    """Deterministic UCB on one repeated context: with every decision from one read, it would pick one arm
+    for the whole read interval; with its own decisions added it spreads over the arms as it learns."""
+    clock = Clock()
+    store = RedisStore(redis_url, redis_prefix, clock=clock)
+    engine = DecisionEngine(store, TokenSigner("x" * 32), clock, np.random.default_rng(0),
+                            EngineOptions(snapshot_interval=3600.0))  # fmt: skip
+    try:
+        spec = {"id": "own", "arms": ["a", "b", "c"], "features": 2, "window": 600.0, "policy": {"name": "linucb"}}
+        await engine.create_campaign(CampaignSpec(**spec))
+        same = Offer(np.array([[0.6, 0.8]]), None)
+        arms = [(await engine.choose("own", offer=same)).arm for _ in range(3)]
+        assert sorted(arms) == ["a", "b", "c"]  # each pull narrows its arm's width: the next goes elsewhere
+    finally:
+        await store.close()
+
+
+@pytest.mark.redis
+async def test_a_rebuild_restores_the_model_and_the_kept_features(redis_url, redis_prefix, tmp_path) -> None:
+    clock = Clock()
+    store = RedisStore(redis_url, redis_prefix, clock=clock)
+    engine = DecisionEngine(store, TokenSigner("y" * 32), clock, np.random.default_rng(1),
+                            EngineOptions(snapshot_interval=0.0))  # fmt: skip
+    audit = AuditLog(f"sqlite:///{tmp_path / 'audit.db'}")
+    audit.create_schema()
+    try:
+        await engine.create_campaign(CampaignSpec(**SPECS["actions"]))
+        decisions = []
+        for seed in range(6):
+            clock.now += MICROS
+            decisions.append(await engine.choose("ctx", offer=offer("actions", seed)))
+        clock.now += MICROS
+        assert (await engine.feedback([converted(decisions[0], clock.now)])).accepted == 1
+        before = await engine.state("ctx", clock.now)
+        await AuditWriter(store, audit, 1000).flush()
+        for key in [key async for key in store.client.scan_iter(match=f"{redis_prefix}:*")]:
+            await store.client.delete(key)  # the store lost everything
+        assert (await rebuild_redis(audit, store, Settings())).campaigns == ["ctx"]
+        assert_same_state(await engine.state("ctx", clock.now), before)
+        clock.now += MICROS  # a later conversion of a decision made before the loss finds its features
+        assert (await engine.feedback([converted(decisions[1], clock.now)])).accepted == 1
+        assert (await engine.state("ctx", clock.now))["model"]["conversions"] == 2
+    finally:
+        await store.close()
+        audit.dispose()
