@@ -204,11 +204,13 @@ def rows_in(audit: AuditLog, table: str) -> int:
 @pytest.mark.postgres
 def test_migration_to_partitions_keeps_every_row_and_back(postgres_url: str) -> None:
     url = driver_url(postgres_url)
-    command.upgrade(alembic_config(url), "0003")
+    command.upgrade(alembic_config(url), "head")
     audit = AuditLog(url)
     try:
         audit.write(queued(two_days()))
         before = lines_of(audit)
+        # back to unpartitioned tables and up again (the code reads and writes the head schema alone)
+        command.downgrade(alembic_config(url), "0003")
         command.upgrade(alembic_config(url), "head")
         assert lines_of(audit) == before
         # The migration makes days up to a few after today; rows of later days wait in DEFAULT until the
@@ -217,8 +219,6 @@ def test_migration_to_partitions_keeps_every_row_and_back(postgres_url: str) -> 
         assert rows_in(audit, day_name("audit_decisions", day_start(T0))) == 8  # 08:00 to midnight
         assert rows_in(audit, day_name("audit_decisions", MIDNIGHT)) == 12
         audit.write(queued(two_days()))  # written again: the new key still makes a repeat insert nothing
-        assert lines_of(audit) == before
-        command.downgrade(alembic_config(url), "0003")
         assert lines_of(audit) == before
     finally:
         audit.dispose()

@@ -5,7 +5,9 @@ bad offers refused with nothing recorded."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -13,8 +15,10 @@ import numpy as np
 import pytest
 
 from latebandit.config import Settings
-from latebandit.timeutil import format_time
-from tests.inprocess import ManualClock, served
+from latebandit.runtime import Runtime
+from latebandit.store.redis import RedisStore
+from latebandit.timeutil import MICROS, format_time
+from tests.inprocess import ManualClock, client, started
 from tests.integration.test_feedback_outcomes import KEYS
 
 SECRET = "contextual-serving-test-secret-0123456789"
@@ -23,19 +27,42 @@ CONTEXT = {"id": "promo", "arms": ["a", "b", "c"], "policy": {"name": "otf-lints
            "features": 2, "window": 3600}  # fmt: skip
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def app(request, tmp_path) -> AsyncIterator[tuple[httpx.AsyncClient, ManualClock]]:
+@dataclass
+class Service:
+    http: httpx.AsyncClient
+    clock: ManualClock
+    runtime: Runtime
+    prefix: str
+
+    async def keys(self, campaign: str) -> list[bytes]:
+        """The campaign's Redis keys (its hash tag), on every node of a cluster; [] on the embedded store."""
+        store = self.runtime.store
+        if not isinstance(store, RedisStore):
+            return []
+        return [key async for key in store.client.scan_iter(match=f"{self.prefix}:{{{campaign}}}*")]
+
+
+@pytest.fixture(params=["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))])
+async def service(request, tmp_path) -> AsyncIterator[Service]:
     stores: dict[str, Any] = {}
     if request.param == "redis":
         stores = {"redis_url": request.getfixturevalue("redis_url"),
                   "redis_prefix": request.getfixturevalue("redis_prefix")}  # fmt: skip
+    elif request.param == "cluster":  # a session's own cluster: its keys go with it
+        stores = {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
+                  "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
     settings = Settings(_env_file=None, secret=SECRET, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **stores)
     clock = ManualClock()
-    async with served(settings, clock) as http:
+    async with started(settings, clock) as started_app, client(started_app) as http:
         for body in (ACTIONS, CONTEXT):
             created = await http.post("/campaigns", json=body)
             assert created.status_code == 201, created.text
-        yield http, clock
+        yield Service(http, clock, started_app.state.runtime, settings.redis_prefix)
+
+
+@pytest.fixture
+def app(service: Service) -> tuple[httpx.AsyncClient, ManualClock]:
+    return service.http, service.clock
 
 
 def offered(rng: np.random.Generator, k: int, d: int) -> list[dict[str, Any]]:
@@ -44,8 +71,11 @@ def offered(rng: np.random.Generator, k: int, d: int) -> list[dict[str, Any]]:
     return [{"id": f"item-{i}", "features": row} for i, row in enumerate(vectors.tolist())]
 
 
-async def convert(http: httpx.AsyncClient, decision_id: str, value: float, clock: ManualClock) -> dict[str, Any]:
-    event = {"type": "conversion", "decision_id": decision_id, "occurred_at": format_time(clock.now), "value": value}
+async def convert(
+    http: httpx.AsyncClient, decision_id: str, value: float, clock: ManualClock, occurred: int | None = None
+) -> dict[str, Any]:
+    occurred_at = format_time(clock.now if occurred is None else occurred)
+    event = {"type": "conversion", "decision_id": decision_id, "occurred_at": occurred_at, "value": value}
     answer = await http.post("/feedback", json={"events": [event]})
     assert answer.status_code == 200, answer.text
     return {key: value for key, value in answer.json().items() if key in KEYS and value}
@@ -152,3 +182,57 @@ async def test_a_paused_campaign_falls_back_to_the_first_action(app) -> None:
     answer = await http.post("/choose", json={"campaign": "feed", "actions": actions})
     assert answer.status_code == 200
     assert answer.json()["arm"] == "item-0" and answer.json()["fallback"] is True
+
+
+async def test_an_archived_campaign_counts_late_conversions_then_leaves_no_key(service: Service) -> None:
+    """Features of decisions made before the archive are kept until the campaign's feedback_until, so their
+    late conversions still add to b; then the sweep removes every key, the features hashes included."""
+    http, clock = service.http, service.clock
+    decisions, decided_at = [], clock.now
+    for seed in range(4):
+        actions = offered(np.random.default_rng(seed), 3, 3)
+        decisions.append(
+            (await http.post("/choose", json={"campaign": "feed", "actions": actions})).json()["decision_id"]
+        )
+    assert await service.keys("feed") != [] or not isinstance(service.runtime.store, RedisStore)
+    assert (await http.delete("/campaigns/feed")).status_code == 200
+    gone = await http.post("/choose", json={"campaign": "feed", "actions": offered(np.random.default_rng(9), 3, 3)})
+    assert gone.status_code == 410
+    clock.advance(3600 + 3600)  # window + allowed lateness: an in-window conversion reported this late counts
+    assert await convert(http, decisions[0], 1.0, clock, decided_at + 100 * MICROS) == {"accepted": 1}
+    clock.advance(1)
+    await service.runtime.writer.flush()
+    assert await service.runtime.store.purge_archived(clock.now) == ["feed"]
+    assert await service.keys("feed") == []
+    past = await http.get("/campaigns/feed/state", params={"at": format_time(clock.now - MICROS)})
+    assert past.status_code == 200, past.text
+    assert past.json()["model"]["conversions"] == 1 and past.json()["model"]["decisions"] == 4
+
+
+async def test_a_policy_change_starts_a_fresh_model(app) -> None:
+    http, _ = app
+    for seed in range(3):
+        await http.post("/choose", json={"campaign": "feed", "actions": offered(np.random.default_rng(seed), 3, 3)})
+    changed = await http.post("/campaigns/feed/policy", json={"policy": {"name": "linucb", "params": {"alpha": 0.5}}})
+    assert changed.status_code == 200, changed.text
+    model = (await state(http, "feed"))["model"]
+    assert (model["decisions"], model["pending"], model["theta"]) == (0, 0, [0.0, 0.0, 0.0])
+    answer = await http.post("/choose", json={"campaign": "feed", "actions": offered(np.random.default_rng(5), 3, 3)})
+    assert answer.status_code == 200 and answer.json()["policy"] == "linucb"
+    refused = await http.post("/campaigns/feed/policy", json={"policy": {"name": "ucb1"}})
+    assert refused.status_code == 422 and "contextual" in refused.text
+
+
+async def test_a_past_state_replays_the_model(app) -> None:
+    http, clock = app
+    for seed in range(5):
+        clock.advance(1)
+        await http.post("/choose", json={"campaign": "promo", "context": [0.3, 0.4 + 0.01 * seed]})
+    moment = clock.now
+    live = await state(http, "promo")
+    clock.advance(1)
+    await http.post("/choose", json={"campaign": "promo", "context": [0.5, 0.5]})
+    past = await http.get("/campaigns/promo/state", params={"at": format_time(moment)})
+    assert past.status_code == 200, past.text
+    np.testing.assert_allclose(past.json()["model"]["theta"], live["model"]["theta"], rtol=1e-9, atol=1e-12)
+    assert past.json()["model"]["decisions"] == live["model"]["decisions"] == 5
