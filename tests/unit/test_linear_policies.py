@@ -315,3 +315,50 @@ def test_parameters_are_validated_and_contextual_names_refused_by_the_arm_polici
         make_contextual_policy("otf-linucb", {"correction": "exact"}).index(
             LinearStats(np.zeros((1, 2, 2)), np.zeros((1, 2)), np.zeros(1), np.zeros(1), np.zeros(1)), OFFERED
         )
+
+
+def stacked(blocks: list[LinearStats]) -> LinearStats:
+    """One LinearStats with each block a run (the disjoint form's layout: a block per arm)."""
+    fields = ("gram", "reward", "decisions", "window_count", "window_footprint")
+    return LinearStats(*(np.concatenate([getattr(block, name) for block in blocks]) for name in fields))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    arms=st.lists(st.lists(st.tuples(unit, st.booleans()), min_size=1, max_size=6), min_size=2, max_size=4),
+    context=unit,
+    window=st.integers(0, 6),
+)
+def test_the_disjoint_form_plays_the_arm_of_the_best_reference_index(
+    arms: list[list[tuple[list[float], bool]]], context: list[float], window: int
+) -> None:
+    """choose_arm (a parameter per arm, the context in every arm's block) plays the arm whose own index, the
+    slow reference over that arm's history alone, is the highest; its footprint is that arm's frozen norm."""
+    for name, params in [("linucb", {}), ("otf-linucb", {"correction": "frozen"})]:
+        blocks = [build_stats(name, params, [[list(a) for a, _ in run]], [[y for _, y in run]], window) for run in arms]
+        choice = make_contextual_policy(name, params).choose_arm(
+            stacked(blocks), np.array(context), np.random.default_rng(0)
+        )
+        form = "paper" if name == "linucb" else "frozen"
+        expected = [
+            ref_index(name, form, [list(a) for a, _ in run], [y for _, y in run], window, context) for run in arms
+        ]
+        best = int(choice.action[0])
+        assert expected[best] == pytest.approx(max(expected), rel=1e-9, abs=1e-9), (name, expected, best)
+        q = ref_leverage(ref_v([list(a) for a, _ in arms[best]], 1.0, len(context)), context)
+        assert choice.footprint[0] == pytest.approx(math.sqrt(q / (1 + q)) if name == "otf-linucb" else 0.0)
+
+
+def test_the_disjoint_thompson_propensity_estimates_how_often_each_arm_wins() -> None:
+    """Repeated draws from one state: each arm's estimated propensity is near the share of draws it won."""
+    rng = np.random.default_rng(5)
+    blocks = [
+        build_stats("otf-lints", {}, [[list(rng.normal(size=2) / 3) for _ in range(n)]], [[True] * n], 2)
+        for n in (1, 4, 8)
+    ]
+    stats, policy = stacked(blocks), make_contextual_policy("otf-lints", {"sigma0": 0.3})
+    draws = [policy.choose_arm(stats, np.array([0.6, 0.0]), np.random.default_rng(seed)) for seed in range(2000)]
+    for arm in range(3):
+        won = [choice for choice in draws if choice.action[0] == arm]
+        if won:
+            assert won[0].propensity[0] == pytest.approx(len(won) / len(draws), abs=0.05)

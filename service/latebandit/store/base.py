@@ -296,7 +296,9 @@ class StateStore(AuditQueue, Protocol):
 
     async def record_decision(self, campaign: Campaign, pull: Pull, request_id: str | None, ttl: int) -> DecisionResult:
         """Atomically: return the earlier decision of ``request_id``; else refuse (UNKNOWN, MOVED, ARCHIVED,
-        PAUSED, in that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record."""
+        PAUSED, in that order: store/lua/campaign_lib.lua); else count the pull and queue its audit record. A
+        contextual pull (``features`` set) also adds AAᵀ to its block's Σ AAᵀ, its footprint to its cell and
+        keeps its features for its conversion until ``Campaign.features_expire_at`` its bucket."""
         ...
 
     async def record_decisions(
@@ -316,7 +318,9 @@ class StateStore(AuditQueue, Protocol):
         """Atomically deduplicate, credit and queue for audit one campaign's conversions of a batch; one outcome
         per event (``Uncredited.VALUE_OUT_OF_RANGE`` for a value outside [0, reward.max], which changes
         nothing). A decision's first conversion within its window counts (its value credited); on a ``sum``
-        campaign each later one, a repeat, adds ``RewardSpec.credit`` of its value (none once censored)."""
+        campaign each later one, a repeat, adds ``RewardSpec.credit`` of its value (none once censored). On a
+        contextual campaign a counted conversion adds value·A to its block's b, A its decision's kept features
+        (``STALE`` if they are gone: reported past the window plus the allowed lateness)."""
         ...
 
     async def fold_matured(self, campaign: Campaign, arms: np.ndarray, buckets: np.ndarray) -> None:
