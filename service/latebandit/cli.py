@@ -311,9 +311,15 @@ def _evaluate(
 
 
 def _print_state(state: dict) -> None:
-    table = Table(
-        title=f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}"
-    )
+    title = f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}"
+    table = Table(title=title)
+    if "model" in state:  # a contextual campaign's model (engine/contextual.py)
+        for column in ("d", "decisions", "conversions", "pending", "theta_norm", "correction_share"):
+            table.add_column(column, justify="right")
+        table.add_row(*(f"{state['model'][name]:.6g}" for name in ("d", "decisions", "conversions", "pending",
+                                                                  "theta_norm", "correction_share")))  # fmt: skip
+        show(table)
+        return
     for column in ("arm", "pulls", "conversions", "effective_pulls", "estimate", "index", "pending"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm, row in state["arms"].items():
