@@ -153,6 +153,10 @@ async def test_a_retried_request_gets_its_action_again(app) -> None:
         ('{"campaign": "feed", "actions": [{"id": "x", "features": [1e400, 0, 0]}]}', "actions"),
         ('{"campaign": "feed", "context": [NaN, 0, 0]}', "context"),
         ({"campaign": "feed", "actions": []}, "actions"),
+        ({"campaign": "feed", "actions": [{"id": f"a{k}", "features": [0.1, 0, 0]} for k in range(1001)]}, "actions"),
+        ({"campaign": "feed", "actions": [{"id": "x", "features": [0.0] * 257}]}, "features"),
+        ({"campaign": "feed", "actions": [{"id": "x y", "features": [0.1, 0, 0]}]}, "id"),
+        ({"campaign": "feed", "actions": [{"id": "x", "features": [0.1, 0, 0]}], "context": [0.1, 0, 0]}, "either"),
         ({"campaign": "promo", "context": [0.1]}, "context"),
         ({"campaign": "promo", "actions": [{"id": "x", "features": [0.1, 0.2]}]}, "actions"),
     ],
@@ -236,3 +240,20 @@ async def test_a_past_state_replays_the_model(app) -> None:
     assert past.status_code == 200, past.text
     np.testing.assert_allclose(past.json()["model"]["theta"], live["model"]["theta"], rtol=1e-9, atol=1e-12)
     assert past.json()["model"]["decisions"] == live["model"]["decisions"] == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"id": "c1", "policy": {"name": "otf-linucb"}}, "features"),
+        ({"id": "c2", "policy": {"name": "ucb1"}, "arms": ["a"], "features": 3}, "not contextual"),
+        ({"id": "c3", "policy": {"name": "otf-linucb", "params": {"correction": "exact"}}, "features": 3}, "simulator"),
+        ({"id": "c4", "policy": {"name": "linucb"}, "features": 3, "reward": {"per_decision": "sum"}}, "sum"),
+        ({"id": "c5", "policy": {"name": "linucb"}, "features": 3, "offers": "actions", "arms": ["a"]}, "no arms"),
+        ({"id": "c6", "policy": {"name": "linucb"}, "features": 300}, "features"),
+    ],
+)
+async def test_a_contextual_campaign_that_cannot_serve_is_refused(app, body, reason) -> None:
+    http, _ = app
+    answer = await http.post("/campaigns", json=body)
+    assert answer.status_code == 422 and reason in answer.text, answer.text

@@ -393,12 +393,15 @@ class DecisionEngine:
         return self._pull(campaign, choice.block, 1.0, now, request_id, fallback=True, contextual=(offer, choice))
 
     def _answer(self, campaign: Campaign, result: DecisionResult, outcome: str) -> Decision:
-        arm = result.action if result.action is not None else campaign.arms[result.arm]
+        """The answer names the arm, or an actions campaign's chosen action; its metrics count the arm (the
+        model's one block for an actions campaign: action ids are the client's, unbounded in number)."""
+        arm = campaign.arms[result.arm]
         fallback = outcome.startswith("fallback") or (
             result.status is DecisionStatus.REPEATED and self.signer.verify(result.decision_id).fallback
         )
         metrics.decision_counter(campaign.id, arm, outcome).inc()
-        return Decision(result.decision_id, campaign.id, arm, campaign.policy.name, result.propensity, fallback)
+        named = result.action if result.action is not None else arm
+        return Decision(result.decision_id, campaign.id, named, campaign.policy.name, result.propensity, fallback)
 
     def publish_diagnostics(self) -> None:
         """The per-arm gauges of the histogram reads since the last call (Chooser.publish_diagnostics)."""
