@@ -92,6 +92,8 @@ async def refused_everything_but_feedback(http: httpx.AsyncClient) -> None:
     archived_error(await http.post(f"/campaigns/{NAME}/pause"))
     archived_error(await http.post(f"/campaigns/{NAME}/resume"))
     archived_error(await http.post(f"/campaigns/{NAME}/policy", json={"policy": {"name": "thompson"}}))
+    archived_error(await http.post(f"/campaigns/{NAME}/arms", json={"arm": "c"}))
+    archived_error(await http.delete(f"/campaigns/{NAME}/arms/b"))
     archived_error(await http.get(f"/campaigns/{NAME}/state"))
     again = await http.post("/campaigns", json=CAMPAIGN)
     assert again.status_code == 409 and again.json()["error"] == "campaign_exists"  # an archived id is never reused
