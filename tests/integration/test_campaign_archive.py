@@ -92,6 +92,8 @@ async def refused_everything_but_feedback(http: httpx.AsyncClient) -> None:
     archived_error(await http.post(f"/campaigns/{NAME}/pause"))
     archived_error(await http.post(f"/campaigns/{NAME}/resume"))
     archived_error(await http.post(f"/campaigns/{NAME}/policy", json={"policy": {"name": "thompson"}}))
+    archived_error(await http.post(f"/campaigns/{NAME}/arms", json={"arm": "c"}))
+    archived_error(await http.delete(f"/campaigns/{NAME}/arms/b"))
     archived_error(await http.get(f"/campaigns/{NAME}/state"))
     again = await http.post("/campaigns", json=CAMPAIGN)
     assert again.status_code == 409 and again.json()["error"] == "campaign_exists"  # an archived id is never reused
@@ -247,17 +249,23 @@ async def _apply(store: StateStore, held: list[Campaign], clock: list[int], step
 
 
 async def test_refusal_order_puts_archived_after_moved(redis_url: str, redis_prefix: str) -> None:
-    """An archived campaign refuses decisions as ``archived`` (not ``paused``, even if paused before), and a
-    caller at another policy version is told ``moved`` first, as for every refusal."""
+    """An archived campaign refuses decisions as ``archived`` (not ``paused``, even if paused before), retried
+    request ids too: a worker that has not yet learnt of the archive must not answer a retry with its earlier
+    decision when the one that archived answers 410. A caller at another policy version is told ``moved``
+    first, as for every refusal."""
     for store in (MemoryStore(clock=lambda: T0), RedisStore(redis_url, redis_prefix, clock=lambda: T0)):
         campaign = make_campaign()
         await store.create_campaign(campaign, {})
+        first = await store.record_decision(campaign, pull(campaign, 0, T0, "w"), "r1", 60)
         await store.set_status("c1", CampaignStatus.PAUSED, {})
+        paused = await store.record_fallback(campaign, pull(campaign, 0, T0, "v"), "r2", 60)
+        assert first.status is paused.status is DecisionStatus.NEW
         archived = await store.archive(campaign.archived(T0), {})
         assert archived is not None and archived.status is CampaignStatus.ARCHIVED
-        refused = await store.record_decision(campaign, pull(campaign, 0, T0, "x"), None, 60)
-        fallback = await store.record_fallback(campaign, pull(campaign, 0, T0, "y"), None, 60)
-        assert refused.status is fallback.status is DecisionStatus.ARCHIVED
+        for request_id in (None, "r1", "r2"):
+            refused = await store.record_decision(campaign, pull(campaign, 0, T0, "x"), request_id, 60)
+            fallback = await store.record_fallback(campaign, pull(campaign, 0, T0, "y"), request_id, 60)
+            assert refused.status is fallback.status is DecisionStatus.ARCHIVED
         stale = campaign.model_copy(update={"version": 2})
         assert (await store.record_decision(stale, pull(stale, 0, T0, "z"), None, 60)).status is DecisionStatus.MOVED
         # paused before the archive, it still records feedback until its feedback_until

@@ -4,6 +4,7 @@ fallback) are recorded and not counted, and like ``censored`` they are part of `
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +26,9 @@ async def app(request, tmp_path) -> AsyncIterator[tuple[httpx.AsyncClient, Manua
     if request.param == "redis":
         stores = {"redis_url": request.getfixturevalue("redis_url"),
                   "redis_prefix": request.getfixturevalue("redis_prefix")}  # fmt: skip
+    elif request.param == "cluster":  # asked for by a test (indirect); a session's own cluster: its keys go with it
+        stores = {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
+                  "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
     settings = Settings(_env_file=None, secret=SECRET, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **stores)
     clock = ManualClock()
     async with served(settings, clock) as http:

@@ -19,6 +19,8 @@ from tests.integration.test_feedback_outcomes import app, feedback  # noqa: F401
 REVENUE = {"id": "shop", "arms": ["a", "b"], "policy": {"name": "klucb"}, "window": 3600,
            "reward": {"max": 250.0, "per_decision": "sum"}}  # fmt: skip
 ODAAF = {"name": "odaaf", "params": {"mean_delay": 0, "horizon": 1000}}
+# The sum's bookkeeping (the credited hash beside the dedup set, one script) is the store's: on each of them.
+STORES = ["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))]
 ANONYMOUS = {"id": "anon", "arms": ["a", "b"], "policy": ODAAF, "slot_seconds": 1.0}
 
 
@@ -75,6 +77,7 @@ async def test_reward_cap_and_reward_max_are_one_setting(app) -> None:  # noqa: 
         assert created["policy"]["resolved_params"]["reward_cap"] == 3.0
 
 
+@pytest.mark.parametrize("app", STORES, indirect=True)
 async def test_a_sum_campaign_credits_revenue_up_to_max_once_per_event(app) -> None:  # noqa: F811
     http, clock = app
     created = await http.post("/campaigns", json=REVENUE)

@@ -287,7 +287,8 @@ async def test_a_worker_that_asked_for_the_first_plan_does_not_plan_past_it(stor
 
 async def test_claims_of_one_batch_take_slots_as_one_by_one_claims_would(stores) -> None:
     """claim_slots (the engine's group commit): in order, one slot each until the segment's arm changes;
-    the rest answer OTHER_ARM with the slot's arm, nothing taken; a retried request_id gets its decision."""
+    the rest answer OTHER_ARM with the slot's arm, nothing taken; a retried request_id gets its decision, until
+    the campaign is archived."""
     clock = Clock()
     store, campaign = stores(clock), make_campaign(lateness=60)
     await store.create_campaign(campaign, {"type": "campaign"})
@@ -306,6 +307,9 @@ async def test_claims_of_one_batch_take_slots_as_one_by_one_claims_would(stores)
     assert [claim.status for claim in rest] == [ClaimStatus.NEW, ClaimStatus.NEW, ClaimStatus.REPEATED]
     assert (await store.schedule_view(campaign)).slot == 5
     assert (await store.snapshot(campaign, 0.0)).counters.decisions == 5
+    await store.archive(campaign.archived(clock.now), {})
+    retried = await store.claim_slots(campaign, [pull(1, "e4")], ["r1"], 60)
+    assert [claim.status for claim in retried] == [ClaimStatus.ARCHIVED]
 
 
 async def test_expired_dedup_entries_of_aggregates_are_swept(redis_url: str, redis_prefix: str) -> None:

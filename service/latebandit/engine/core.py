@@ -184,9 +184,10 @@ class DecisionEngine:
         """Add and retire arms (Campaign.with_arms: ArmsRefused if the campaign cannot take the change). Its
         statistics stay, unless ``restart`` starts the next policy version with a fresh state, as a policy
         change does (what a policy that plays a schedule over its arms needs). CampaignMoved if another change
-        won the race. Workers holding the earlier arm set learn of it when the store refuses their next
-        decision (MOVED) or a conversion names an arm they do not know (engine/ingest.py)."""
-        current = await self.campaigns.campaign(campaign_id, fresh=True)
+        won the race; CampaignArchived if the campaign is archived, which takes no change. Workers holding the
+        earlier arm set learn of it when the store refuses their next decision (MOVED) or a conversion names an
+        arm they do not know (engine/ingest.py)."""
+        current = _changeable(campaign_id, await self.campaigns.campaign(campaign_id, fresh=True))
         campaign = current.with_arms(added, retired, restart)
         record: Record = {"type": "campaign", "campaign": campaign_id, "at": self.clock(), "action": "arms",
                           "config": {"added": added, "retired": retired, "restart": restart}}  # fmt: skip
@@ -194,8 +195,7 @@ class DecisionEngine:
             changed = await self.store.change_policy(campaign, record, arms_before=current.arms_version)
         else:
             changed = await self.store.change_arms(campaign, record)
-        if changed is None:
-            raise UnknownCampaign(campaign_id)
+        changed = _changeable(campaign_id, changed)  # archived meanwhile: the store changed nothing
         await self._durable()
         self.campaigns.remember(changed)
         return changed

@@ -509,8 +509,11 @@ class MemoryStore:
         return "{}-{}".format(*self._last_entry)
 
     def _earlier(self, memory: CampaignMemory, request_id: str | None) -> DecisionResult | None:
-        """The decision a retried request_id already got, if it is still remembered."""
-        earlier = self._get(memory, f"req:{request_id}") if request_id is not None else None
+        """The decision a retried request_id already got, if it is still remembered and the campaign is not
+        archived (which decides nothing, retried or not)."""
+        if request_id is None or memory.campaign.archived_at is not None:
+            return None
+        earlier = self._get(memory, f"req:{request_id}")
         if not isinstance(earlier, tuple):  # None: not remembered (``req:`` keys hold decisions only)
             return None
         decision_id, arm, propensity, action = earlier
@@ -558,7 +561,7 @@ def _grown(delays: np.ndarray, arms: int) -> np.ndarray:
 def _refusal(memory: CampaignMemory | None, campaign: Campaign, now: int | None = None) -> DecisionStatus | None:
     """Why the campaign refuses a write from a caller holding ``campaign`` (its policy version), or None: in
     the order of store/lua/campaign_lib.lua, which every script shares (``now``: feedback received then, µs;
-    None: a decision). A retried request_id is answered before this check, in both stores."""
+    None: a decision). A retried request_id is answered before this check, in both stores, unless archived."""
     if memory is None:
         return DecisionStatus.UNKNOWN
     if memory.campaign.version != campaign.version:

@@ -1,6 +1,7 @@
 -- Shared by every script that writes a campaign's state (prepended by store/redis.py to every script whose
 -- first line "-- requires: ..." names campaign_lib). memory.py's ``_refusal`` checks the same, in the same
--- order: a retried request_id is answered before any refusal (record_decisions, claim_slots), then these.
+-- order: a retried request_id is answered before any refusal (record_decisions, claim_slots) unless the campaign
+-- is archived, then these.
 
 -- Why the campaign refuses a write from a caller holding policy version ``version``, or nil: 'unknown' (no
 -- state: never created, lost, or purged after its archive), 'moved' (another policy version: the caller

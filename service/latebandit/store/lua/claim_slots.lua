@@ -10,7 +10,7 @@
 -- 2 paused, 3 unknown, 4 needs a plan (none yet, or the plan has been played and the next may be made: no
 -- slot is taken), 5 other arm (the slot is another arm's: nothing taken), 6 moved (the campaign is at another
 -- policy version: the caller reloads it), 7 archived. After a 4 or a 5 the decisions that follow get the same answer
--- (nothing changed), except that a retried request_id always gets its earlier decision.
+-- (nothing changed), except that a retried request_id gets its earlier decision (unless archived: then none).
 local counters, sched, segments, starts, closed, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, slot_us, created, lateness = tonumber(ARGV[1]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local expected_arm, expected_propensity, ttl = ARGV[2], ARGV[3], ARGV[4]
@@ -29,6 +29,7 @@ end
 
 local refused = ({paused = 2, unknown = 3, moved = 6, archived = 7})[campaign_refusal(counters, ARGV[8])]
 local refusal = refused and {refused, '', '', 0}
+local archived = redis.call('HEXISTS', counters, 'until') == 1  -- whatever the caller's version: no retry answered
 if not refusal and not fields.table then refusal = {4, '', '', 0} end
 local plan = not refusal and cjson.decode(fields.table)  -- {segments = {{n, arm, p, counted, json}, ...}, hold, next}
 local start = num('start')
@@ -126,7 +127,7 @@ for i = 0, (#ARGV - 8) / 3 - 1 do
     request_index = request_index + 1
     request = KEYS[request_index]
   end
-  local earlier = request and redis.call('GET', request)
+  local earlier = request and not archived and redis.call('GET', request)
   if earlier then
     answers[#answers + 1] = {1, earlier, '', 0}
   elseif stopped then

@@ -13,7 +13,8 @@
 -- Returns {statuses, earlier decisions, counters}, one status and one earlier decision ('' unless repeated)
 -- per pull: 0 new, 1 repeated, 2 paused, 3 unknown, 4 moved (the campaign is at another policy version than
 -- the caller's: it must reload its configuration), 5 archived. A request_id's earlier decision is returned before any
--- refusal, so a retried request is answered the same whatever happened to the campaign since. The counters
+-- other refusal, so a retried request is answered the same whatever happened to the campaign since, unless it
+-- was archived: an archived campaign decides nothing, retried or not, whichever worker asks. The counters
 -- are the decision count after the batch when the caller's were current (no decision and no other write
 -- since: it adds the batch's new pulls itself), else all of them as HGETALL; none ({}) on a refusal.
 local counters, cells, audit = KEYS[1], KEYS[2], KEYS[3]
@@ -41,7 +42,7 @@ for i = 1, pulls do
     request = request + 1
     key = KEYS[request]
   end
-  local earlier = key and redis.call('GET', key)
+  local earlier = key and not known[5] and redis.call('GET', key)
   if earlier then
     statuses[i], earliers[i], every_new = 1, earlier, false
   elseif refusal ~= 0 then
