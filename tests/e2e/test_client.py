@@ -1,7 +1,8 @@
 """latebandit.client against real uvicorn servers on a real Redis: decisions and feedback round trips with
-``Client`` and ``AsyncClient``, retries on a 503 and on lost connections but never on a 4xx, background
-batches leaving by size, interval and close, and (issue 31) a client that sends its conversions through a
-server killed mid-batch and restarted counts every one of them exactly once."""
+``Client`` and ``AsyncClient`` (contextual campaigns' actions and contexts too), retries on a 503 and on lost
+connections but never on a 4xx, background batches leaving by size, interval and close, and (issue 31) a
+client that sends its conversions through a server killed mid-batch and restarted counts every one of them
+exactly once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import cast
 
 import httpx
+import numpy as np
 import pytest
 import redis
 
@@ -44,6 +46,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 ADMIN, DECIDE = "admin-key-1b7c22d9e0", "decide-key-4f0a9c3e21"
 PATIENT = RetryPolicy(attempts=10_000, total=180.0, first_wait=0.05, max_wait=0.5)  # outlasts a restart
+# A contextual campaign whose requests offer their own actions (no arms), and an offer of two of them.
+RANKED = {"id": "ranked", "policy": {"name": "otf-linucb"}, "features": 2, "window": 3600}
+OFFER = [{"id": "top", "features": [0.6, 0.0]}, {"id": "side", "features": [0.0, 0.6]}]
 
 
 def campaign(name: str) -> dict:
@@ -119,6 +124,35 @@ async def test_async_client_round_trip(server: Server, admin: httpx.Client) -> N
         await client.send(conversion(decision))
     assert client.report.result.repeats == 1  # the queued event was delivered at close
     assert conversions_counted(admin, name) == 1
+
+
+def test_a_contextual_choice_sends_the_offered_features(server: Server, admin: httpx.Client) -> None:
+    """Pairs with a numpy array or a tuple: after the chosen action's conversion, θ̂ = V⁻¹b = a/(1 + ‖a‖²)
+    (λ = 1) is the features of the id the decision names, so they reached the service as given."""
+    assert admin.post("/campaigns", json=RANKED).status_code == 201
+    with Client(server.url, api_key=DECIDE) as client:
+        pairs = [("top", np.array([0.6, 0.0])), ("side", (0, 0.6))]
+        decision = client.choose("ranked", request_id="r-1", actions=pairs)
+        assert decision.arm in {"top", "side"} and not decision.fallback and decision.request_id == "r-1"
+        with pytest.raises(ServiceError) as misfit:
+            client.choose("ranked", actions=[("top", [0.9, 0.9])])  # norm above 1
+        assert (misfit.value.status, misfit.value.code, misfit.value.attempts) == (422, "invalid_request", 1)
+        assert "actions[0]" in misfit.value.detail
+        assert client.feedback([conversion(decision)]).accepted == 1
+    chosen = np.array(next(action["features"] for action in OFFER if action["id"] == decision.arm))
+    model = admin.get("/campaigns/ranked/state").json()["model"]
+    assert (model["decisions"], model["conversions"]) == (1, 1)
+    np.testing.assert_allclose(model["theta"], chosen / (1 + chosen @ chosen))
+
+
+async def test_async_client_offers_actions_as_mappings_and_a_context(server: Server, admin: httpx.Client) -> None:
+    promo = {"id": "promo", "arms": ["a", "b"], "policy": {"name": "linucb"}, "features": 2}
+    for body in ({**RANKED, "id": "async-ranked"}, promo):
+        assert admin.post("/campaigns", json=body).status_code == 201
+    async with AsyncClient(server.url, api_key=DECIDE) as client:
+        assert (await client.choose("async-ranked", actions=OFFER)).arm in {"top", "side"}
+        assert (await client.choose("promo", context=np.array([0.3, 0.4]))).arm in {"a", "b"}
+    assert admin.get("/campaigns/promo/state").json()["model"]["decisions"] == 1
 
 
 def test_a_4xx_is_raised_at_once_and_never_retried(server: Server, admin: httpx.Client, caplog) -> None:

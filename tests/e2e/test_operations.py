@@ -23,6 +23,7 @@ from latebandit.tokens import TokenSigner
 from tests.deploy.promql import PROMETHEUS_OWN, alert_rules, dashboard_expressions, metric_names
 from tests.deploy.test_deploy_files import compose, dockerfile_command, interpolated
 from tests.e2e.server import LATEBANDIT, cli, free_port, public_address, service_env, started
+from tests.e2e.test_client import OFFER, RANKED
 from tests.e2e.test_embedded import iso
 from tests.waiting import until
 
@@ -87,6 +88,7 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         server.client(headers={"Authorization": f"Bearer {DECIDE_KEY}"}) as http,
     ):
         assert http.post("/campaigns", json=CAMPAIGN, headers=admin).status_code == 201
+        assert http.post("/campaigns", json=RANKED, headers=admin).status_code == 201
         assert http.post("/campaigns", json=CAMPAIGN).status_code == 403  # a decide key on an admin route
         assert httpx.post(server.url + "/choose", json={"campaign": "ops"}).status_code == 401
         unknown = {"Authorization": f"Bearer {WRONG_KEY}"}
@@ -125,6 +127,8 @@ def test_compose_api_serves_metrics_logs_and_policy_changes(tmp_path, redis_url,
         assert {d["policy"] for d in after} == {"delayed-ucb"}
         state = http.get("/campaigns/ops/state", headers=admin).json()
         assert (state["policy"], state["decisions"]) == ("delayed-ucb", 4)
+        ranked = http.post("/choose", json={"campaign": "ranked", "actions": OFFER})  # publishes its model gauges
+        assert ranked.status_code == 200, ranked.text
         named = set().union(*(metric_names(rule["expr"]) for rule in alert_rules()),
                             *(metric_names(expression) for expression in dashboard_expressions()))  # fmt: skip
         probes: list[dict] = []  # decisions until one reads the histogram again (the snapshot interval is 1 s),
@@ -180,7 +184,7 @@ def assert_json_logs(text: str, secrets: list[str]) -> None:
     assert {"trace-42"} <= {line["request_id"] for line in access}
     assert {line["status"] for line in access} >= {200, 201, 401, 403, 404, 422}
     named = [line for line in access if line["path"] in ("/choose", "/feedback") and line["status"] == 200]
-    assert named and all(line["campaign"] == "ops" for line in named)  # each names its campaign
+    assert {line["campaign"] for line in named} == {"ops", "ranked"}  # each names its campaign
     admin = [line for line in lines if line["logger"] == "latebandit.admin"]
     assert [line["message"] for line in admin][-1] == "campaign policy changed" and admin[-1]["version"] == 2
     for secret in secrets:

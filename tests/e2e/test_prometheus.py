@@ -27,6 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from tests.conftest import installed
 from tests.deploy.promql import ALERTS, DEPLOY, dashboard_expressions
 from tests.e2e.server import Server, cli, free_port, running, service_env
+from tests.e2e.test_client import OFFER, RANKED
 from tests.e2e.test_embedded import CAMPAIGN, iso
 from tests.e2e.test_faults import NAMES, create_campaigns, workers
 from tests.e2e.test_planning import ODAAF
@@ -127,10 +128,11 @@ class Requests:
         self.http = server.client(headers=admin())
         self.decisions = 0
 
-    def choose(self, campaign: str, fresh: bool = False) -> dict:
-        """A /choose; ``fresh``: on a new connection, which either worker may accept."""
+    def choose(self, campaign: str, fresh: bool = False, **offer: object) -> dict:
+        """A /choose (with a contextual campaign's ``offer``); ``fresh``: on a new connection, which either
+        worker may accept."""
         with self.server.client(headers=admin()) if fresh else contextlib.nullcontext(self.http) as http:
-            answer = http.post("/choose", json={"campaign": campaign})
+            answer = http.post("/choose", json={"campaign": campaign, **offer})
         assert answer.status_code == 200, answer.text
         self.decisions += 1
         return answer.json()
@@ -155,11 +157,21 @@ def conversion(decision: dict, occurred_at: str | None = None) -> dict:
 def feed_every_panel(requests: Requests, prom: Prometheus) -> None:
     """What the clients' attributed traffic on NAMES does not show: censored conversions ("brief", whose
     1 s window they miss), decisions of a paused campaign and feedback refused for it, a forged decision id,
-    and a planning campaign's decisions with an aggregate and a watermark ("banner")."""
+    a planning campaign's decisions with an aggregate and a watermark ("banner"), and a contextual
+    campaign's model gauges, published as it serves (nothing asks its GET /state)."""
     http = requests.http
     for spec in ({**CAMPAIGN, "id": "brief", "window": 1.0}, {**CAMPAIGN, "id": "quiet"},
-                 {**ODAAF, "id": "banner", "policy": {"name": "ars-ucb"}}):  # fmt: skip
+                 {**ODAAF, "id": "banner", "policy": {"name": "ars-ucb"}}, RANKED):  # fmt: skip
         assert http.post("/campaigns", json=spec).status_code == 201
+    requests.feedback(conversion(requests.choose("ranked", actions=OFFER)))
+    gauges = [f'max(latebandit_model_{name}{{campaign="ranked"}})'
+              for name in ("pending_decisions", "correction_share", "theta_norm")]  # fmt: skip
+
+    def model_shown() -> bool:  # a decision a snapshot read after the conversion publishes it: θ̂ ≠ 0
+        requests.choose("ranked", actions=OFFER)
+        return all((prom.value(gauge) or 0) > 0 for gauge in gauges)
+
+    eventually(model_shown, "the contextual campaign's model gauges, each above 0", prom)
     early = [requests.choose("brief") for _ in range(2)]
     since = datetime.now(UTC)
     decided = [requests.choose("banner") for _ in range(10)]

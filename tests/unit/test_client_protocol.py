@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 
@@ -83,6 +84,13 @@ def test_choose_sends_the_callers_request_id_or_draws_one() -> None:
     assert choose_request("c", "imp-1") == ("imp-1", orjson.dumps({"campaign": "c", "request_id": "imp-1"}))
     drawn, body = choose_request("c", None)
     assert orjson.loads(body) == {"campaign": "c", "request_id": drawn} and drawn != choose_request("c", None)[0]
+
+
+def test_choose_sends_an_offer_as_plain_numbers() -> None:
+    """Pairs and mappings alike, numpy's scalars as floats (orjson refuses them)."""
+    _, body = choose_request("c", "r", actions=[("x", np.array([0.5, 0.25])), {"id": "y", "features": (0, 1)}])
+    assert orjson.loads(body)["actions"] == [{"id": "x", "features": [0.5, 0.25]}, {"id": "y", "features": [0.0, 1.0]}]
+    assert orjson.loads(choose_request("c", "r", context=np.float32([0.5]))[1])["context"] == [0.5]
 
 
 def test_a_decision_is_typed_and_keeps_the_request_id() -> None:

@@ -16,7 +16,9 @@ from latebandit.client.base import ClientBase
 from latebandit.client.batching import BufferFull, DeliveryReport
 from latebandit.client.events import Event
 from latebandit.client.protocol import (
+    Action,
     Decision,
+    Features,
     FeedbackResult,
     choose_request,
     decision_of,
@@ -36,9 +38,12 @@ class AsyncClient(ClientBase):
         self._condition = asyncio.Condition()
         self._flusher: asyncio.Task[None] | None = None
 
-    async def choose(self, campaign: str, request_id: str | None = None) -> Decision:
+    async def choose(
+        self, campaign: str, request_id: str | None = None, *, actions: Sequence[Action] | None = None,
+        context: Features | None = None,
+    ) -> Decision:  # fmt: skip
         """As ``Client.choose``."""
-        request_id, body = choose_request(campaign, request_id)
+        request_id, body = choose_request(campaign, request_id, actions, context)
         response, attempts = await self._post("/choose", body)
         return decision_of(response, request_id, attempts)
 

@@ -4,7 +4,7 @@ results they make of the answers. ``Client`` and ``AsyncClient`` share all of it
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,9 @@ import orjson
 from latebandit.client.events import Event, with_event_id
 
 MAX_EVENTS = 10_000  # events per /feedback request: the service answers 413 above it
+
+Features = Iterable[float]  # a feature vector: a list, a tuple, a numpy array…
+Action = tuple[str, Features] | Mapping[str, Any]  # (id, features), or {"id": …, "features": […]}
 
 
 class ClientError(Exception):
@@ -86,11 +89,30 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def choose_request(campaign: str, request_id: str | None) -> tuple[str, bytes]:
+def choose_request(
+    campaign: str, request_id: str | None, actions: Sequence[Action] | None = None, context: Features | None = None
+) -> tuple[str, bytes]:
     """The request id (drawn here when the caller gave none, so that every retry carries the same) and the
-    body of /choose."""
+    body of /choose, with a contextual campaign's ``actions`` or ``context`` as the service takes them (the
+    service checks them: a misfit is its 422)."""
     request_id = request_id or new_request_id()
-    return request_id, orjson.dumps({"campaign": campaign, "request_id": request_id})
+    body: dict[str, Any] = {"campaign": campaign, "request_id": request_id}
+    if actions is not None:
+        body["actions"] = [offered_action(action) for action in actions]
+    if context is not None:
+        body["context"] = numbers(context)
+    return request_id, orjson.dumps(body)
+
+
+def offered_action(action: Action) -> dict[str, Any]:
+    """One action of /choose's ``actions``, from an (id, features) pair or a mapping with both."""
+    label, features = (action["id"], action["features"]) if isinstance(action, Mapping) else action
+    return {"id": label, "features": numbers(features)}
+
+
+def numbers(features: Features) -> list[float]:
+    """Plain floats, which orjson writes (a numpy array's items it refuses)."""
+    return [float(value) for value in features]
 
 
 def feedback_body(batch: Sequence[Event]) -> bytes:

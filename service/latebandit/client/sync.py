@@ -15,7 +15,9 @@ from latebandit.client.base import ClientBase
 from latebandit.client.batching import BufferFull, DeliveryReport
 from latebandit.client.events import Event
 from latebandit.client.protocol import (
+    Action,
     Decision,
+    Features,
     FeedbackResult,
     choose_request,
     decision_of,
@@ -35,10 +37,15 @@ class Client(ClientBase):
         self._condition = threading.Condition()
         self._flusher: threading.Thread | None = None
 
-    def choose(self, campaign: str, request_id: str | None = None) -> Decision:
+    def choose(
+        self, campaign: str, request_id: str | None = None, *, actions: Sequence[Action] | None = None,
+        context: Features | None = None,
+    ) -> Decision:  # fmt: skip
         """The campaign's decision for one impression. Retries reuse ``request_id`` (one is drawn when none is
-        given), so a retry whose first attempt did reach the service returns that same decision."""
-        request_id, body = choose_request(campaign, request_id)
+        given), so a retry whose first attempt did reach the service returns that same decision. A contextual
+        campaign takes the request's ``actions`` ((id, features) pairs or {"id", "features"} mappings: the
+        decision's ``arm`` is the chosen id) or its ``context`` (one feature vector for the campaign's arms)."""
+        request_id, body = choose_request(campaign, request_id, actions, context)
         response, attempts = self._post("/choose", body)
         return decision_of(response, request_id, attempts)
 

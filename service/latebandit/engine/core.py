@@ -33,6 +33,7 @@ from latebandit.engine.contextual import (
     fallback_choice,
     linear_stats,
     matured_cells,
+    model_state,
 )
 from latebandit.engine.describe import describe_state
 from latebandit.engine.directory import MAX_MOVES, CampaignArchived, CampaignDirectory, UnknownCampaign
@@ -120,6 +121,7 @@ class DecisionEngine:
         self._decisions = GroupCommit(self._decide_together, GROUP_LIMIT)
         self._claims = GroupCommit(self._claim_together, GROUP_LIMIT)
         self._unreadable_reported: dict[str, int] = {}  # per campaign, when its unreadable state was last logged
+        self._model_published: dict[str, tuple[int, int]] = {}  # per contextual campaign, the (policy, read) shown
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -163,6 +165,7 @@ class DecisionEngine:
         await self._durable()
         self.campaigns.remember(archived)  # its metric series are removed there (metrics.publish_campaign)
         self.chooser.forget(campaign_id)
+        self._model_published.pop(campaign_id, None)
         return archived
 
     async def change_policy(self, campaign_id: str, change: PolicyChange) -> Campaign:
@@ -327,12 +330,24 @@ class DecisionEngine:
         if matured.any():
             hist = state.histogram
             await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
+        self._publish_model(campaign, state, now)
         offers = [offer for _, _, offer in requests if offer is not None]  # all: _fitting checked each request
         chosen = choose_offers(campaign, linear_stats(campaign, state, now), offers, self.rng)
         return [
             self._pull(campaign, choice.block, choice.propensity, now, request_id, contextual=(offer, choice))
             for (_, request_id, _), offer, choice in zip(requests, offers, chosen, strict=True)
         ]
+
+    def _publish_model(self, campaign: Campaign, state: StateSnapshot, now: int) -> None:
+        """The model gauges of a snapshot read the campaign has not shown yet: an operator watches a serving
+        campaign without asking GET /state, and a read (at most one per ``snapshot_interval``), not every
+        decision, pays the d×d solves per block."""
+        if state.version is None:
+            return
+        read = (state.version.policy, state.version.read)
+        if self._model_published.get(campaign.id) != read:
+            self._model_published[campaign.id] = read
+            metrics.publish_model(campaign.id, model_state(campaign, state, now))
 
     def _answered(self, key: tuple[str, int, int], campaign: Campaign) -> None:
         """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
