@@ -177,7 +177,9 @@ class CampaignSpec(BaseModel):
         if not isinstance(data, dict) or "offers" in data:
             return data
         policy = data.get("policy")
-        if not isinstance(policy, dict) or policy.get("name") not in CONTEXTUAL_POLICIES:
+        if not isinstance(policy, dict) or not isinstance(name := policy.get("name"), str):
+            return data  # left to the checks after, which name what is wrong
+        if name not in CONTEXTUAL_POLICIES:
             return data
         if "arms" not in data:
             return {**data, "arms": [ACTIONS_BLOCK], "offers": "actions"}

@@ -4,6 +4,7 @@ the audit log hold exactly what the clients were acknowledged, once."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -38,12 +39,14 @@ def create_campaigns(http: httpx.Client) -> None:
 
 
 def workers(server: Server) -> list[int]:
-    """uvicorn's worker processes (children of its supervisor other than multiprocessing's helpers)."""
-    return [
-        pid
-        for pid in children(server.process.pid)
-        if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    """uvicorn's worker processes (children of its supervisor other than multiprocessing's helpers); a child
+    that ends while it is listed (a worker being replaced) is left out."""
+    found = []
+    for pid in children(server.process.pid):
+        with contextlib.suppress(OSError):
+            if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found
 
 
 def gauge(http: httpx.Client, name: str) -> float:
