@@ -5,10 +5,13 @@ scope's server), as uvicorn reports the socket's."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from latebandit.api.app import create_app
@@ -49,3 +52,21 @@ async def served(settings: Settings, clock: Clock = wall_clock) -> AsyncIterator
     """A loopback client of the app of ``settings``."""
     async with started(settings, clock) as app, client(app) as http:
         yield http
+
+
+STORE_KINDS = ["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))]
+
+
+def store_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The Settings fields of the store a fixture parametrized "memory", "redis" or "cluster" stands for: none
+    (the embedded store), the test's Redis with its own prefix, or the session's Redis Cluster with a prefix of
+    the test's own (its keys go with the cluster)."""
+    if request.param == "redis":
+        return {
+            "redis_url": request.getfixturevalue("redis_url"),
+            "redis_prefix": request.getfixturevalue("redis_prefix"),
+        }
+    if request.param == "cluster":
+        return {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
+                "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
+    return {}

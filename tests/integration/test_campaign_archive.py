@@ -26,7 +26,7 @@ from latebandit.store.memory import MemoryStore
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time
 from tests.conftest import delete_keys
-from tests.inprocess import ManualClock, client, started
+from tests.inprocess import STORE_KINDS, ManualClock, client, started, store_settings
 from tests.integration.test_store_contract import T0, conversion, make_campaign, pull
 
 SECRET = "campaign-archive-test-secret-0123456789abcdef"
@@ -50,15 +50,9 @@ class Service:
         return [key async for key in self.redis.scan_iter(match=f"{self.settings.redis_prefix}:{{{NAME}}}*")]
 
 
-@pytest.fixture(params=["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))])
+@pytest.fixture(params=STORE_KINDS)
 async def service(request, tmp_path) -> AsyncIterator[Service]:
-    stores: dict[str, Any] = {}
-    if request.param == "redis":
-        stores = {"redis_url": request.getfixturevalue("redis_url"),
-                  "redis_prefix": request.getfixturevalue("redis_prefix")}  # fmt: skip
-    elif request.param == "cluster":  # a session's own cluster: its keys go with it
-        stores = {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
-                  "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
+    stores = store_settings(request)
     settings = Settings(_env_file=None, secret=SECRET, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **stores)
     clock = ManualClock()
     async with started(settings, clock) as app, client(app) as http:

@@ -5,7 +5,6 @@ bad offers refused with nothing recorded."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from latebandit.config import Settings
 from latebandit.runtime import Runtime
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time
-from tests.inprocess import ManualClock, client, started
+from tests.inprocess import STORE_KINDS, ManualClock, client, started, store_settings
 from tests.integration.test_feedback_outcomes import KEYS
 
 SECRET = "contextual-serving-test-secret-0123456789"
@@ -42,15 +41,9 @@ class Service:
         return [key async for key in store.client.scan_iter(match=f"{self.prefix}:{{{campaign}}}*")]
 
 
-@pytest.fixture(params=["memory", *(pytest.param(name, marks=pytest.mark.redis) for name in ("redis", "cluster"))])
+@pytest.fixture(params=STORE_KINDS)
 async def service(request, tmp_path) -> AsyncIterator[Service]:
-    stores: dict[str, Any] = {}
-    if request.param == "redis":
-        stores = {"redis_url": request.getfixturevalue("redis_url"),
-                  "redis_prefix": request.getfixturevalue("redis_prefix")}  # fmt: skip
-    elif request.param == "cluster":  # a session's own cluster: its keys go with it
-        stores = {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
-                  "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
+    stores = store_settings(request)
     settings = Settings(_env_file=None, secret=SECRET, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **stores)
     clock = ManualClock()
     async with started(settings, clock) as started_app, client(started_app) as http:

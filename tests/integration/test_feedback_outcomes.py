@@ -4,7 +4,6 @@ fallback) are recorded and not counted, and like ``censored`` they are part of `
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from latebandit.config import Settings
 from latebandit.timeutil import format_time
-from tests.inprocess import ManualClock, served
+from tests.inprocess import ManualClock, served, store_settings
 
 SECRET = "feedback-outcomes-test-secret-0123456789abcdef"
 CAMPAIGN = {"id": "shop", "arms": ["a", "b"], "policy": {"name": "ucb1"}, "window": 3600}
@@ -22,13 +21,7 @@ KEYS = ["accepted", "duplicates", "censored", "repeats", "stale", "rejected"]
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 async def app(request, tmp_path) -> AsyncIterator[tuple[httpx.AsyncClient, ManualClock]]:
-    stores: dict[str, Any] = {}
-    if request.param == "redis":
-        stores = {"redis_url": request.getfixturevalue("redis_url"),
-                  "redis_prefix": request.getfixturevalue("redis_prefix")}  # fmt: skip
-    elif request.param == "cluster":  # asked for by a test (indirect); a session's own cluster: its keys go with it
-        stores = {"redis_url": request.getfixturevalue("redis_cluster_url"), "redis_cluster": True,
-                  "redis_prefix": f"lb{uuid.uuid4().hex[:12]}"}  # fmt: skip
+    stores = store_settings(request)
     settings = Settings(_env_file=None, secret=SECRET, database_url=f"sqlite:///{tmp_path / 'audit.db'}", **stores)
     clock = ManualClock()
     async with served(settings, clock) as http:
