@@ -177,7 +177,8 @@ class CampaignSpec(BaseModel):
         if not isinstance(data, dict) or "offers" in data:
             return data
         policy = data.get("policy")
-        if not isinstance(policy, dict) or policy.get("name") not in CONTEXTUAL_POLICIES:
+        name = policy.get("name") if isinstance(policy, dict) else None
+        if not isinstance(name, str) or name not in CONTEXTUAL_POLICIES:  # not a name: the checks after say so
             return data
         if "arms" not in data:
             return {**data, "arms": [ACTIONS_BLOCK], "offers": "actions"}
