@@ -229,7 +229,11 @@ def replay(
     plot: Annotated[Path | None, typer.Option(help="plot the estimates over time (.png or .html)")] = None,
     clip: Annotated[float, typer.Option(min=1.0, help="largest importance weight")] = 100.0,
     estimator: Annotated[
-        str | None, typer.Option(help="replay, ips or doubly-robust (default: replay on uniform logs, else DR)")
+        str | None,
+        typer.Option(
+            help="replay, ips, snips or doubly-robust (default: replay on uniform logs, else DR; SNIPS on a "
+            "contextual campaign's)"
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(min=0, help="seed of the evaluated policies' draws")] = 0,
 ) -> None:
@@ -259,7 +263,8 @@ def replay(
     _print_state(state)
     _report_skipped(replayer.skipped)
     if policy:
-        _evaluate(log, campaign, as_of, policy, params or [], json_out, plot, clip, estimator, seed)
+        contextual = replayer.campaigns[campaign].contextual
+        _evaluate(log, campaign, as_of, policy, params or [], json_out, plot, clip, estimator, seed, contextual)
     elif json_out is not None or plot is not None:
         console.print("[red]--json and --plot report an off-policy evaluation: pass --policy[/]")
         raise typer.Exit(2)
@@ -267,13 +272,15 @@ def replay(
 
 def _evaluate(
     log: Path, campaign: str, as_of: int | None, policies: list[str], params: list[str],
-    json_out: Path | None, plot: Path | None, clip: float, estimator: str | None, seed: int,
+    json_out: Path | None, plot: Path | None, clip: float, estimator: str | None, seed: int, contextual: bool,
 ) -> None:  # fmt: skip
-    """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot."""
+    """The off-policy part of ``replay``: one evaluation per --policy, a table, the JSON and the plot; a
+    contextual campaign's policies choose among what each logged request offered (replay/contextual.py)."""
     from rich.progress import Progress
 
     from latebandit.replay.apply import read_log
-    from latebandit.replay.evaluate import evaluate, logged_value
+    from latebandit.replay.contextual import evaluate_contextual, read_contextual_log
+    from latebandit.replay.evaluate import Evaluation, evaluate, logged_value
     from latebandit.replay.logged import NotEvaluable, read_campaign_log
     from latebandit.replay.report import rich_table, write_plot
 
@@ -289,13 +296,18 @@ def _evaluate(
         console.print("[red]--params must be a JSON object[/]")
         raise typer.Exit(2)
     try:
-        logged = read_campaign_log(read_log(str(log)), campaign, as_of)
-        evaluations = []
+        if contextual:
+            offered = read_contextual_log(read_log(str(log)), campaign, as_of)
+            logged, judge = offered.log, functools.partial(evaluate_contextual, offered)
+        else:
+            logged = read_campaign_log(read_log(str(log)), campaign, as_of)
+            judge = functools.partial(evaluate, logged)
+        evaluations: list[Evaluation] = []
         with Progress(console=console, transient=True) as bar:
             for name, value in zip(policies, decoded, strict=True):
                 task = bar.add_task(f"re-enacting {name}", total=len(logged.decisions))
                 advance = functools.partial(bar.advance, task)
-                evaluations.append(evaluate(logged, name, value, clip, estimator, seed, advance))
+                evaluations.append(judge(name, value, clip, estimator, seed, advance))
     except NotEvaluable as refused:
         console.print(f"[red]cannot evaluate:[/] {escape(str(refused))}")
         raise typer.Exit(1) from None
@@ -312,19 +324,27 @@ def _evaluate(
 
 def _print_state(state: dict) -> None:
     title = f"{state['campaign']} ({state['policy']}), {state['decisions']} decisions, as of {state['as_of']}"
-    table = Table(title=title)
-    if "model" in state:  # a contextual campaign's model (engine/contextual.py)
-        for column in ("d", "decisions", "conversions", "pending", "theta_norm", "correction_share"):
-            table.add_column(column, justify="right")
-        table.add_row(*(f"{state['model'][name]:.6g}" for name in ("d", "decisions", "conversions", "pending",
-                                                                  "theta_norm", "correction_share")))  # fmt: skip
-        show(table)
+    if "model" in state:
+        _print_model(title, state["model"])
         return
+    table = Table(title=title)
     for column in ("arm", "pulls", "conversions", "effective_pulls", "estimate", "index", "pending"):
         table.add_column(column, justify="left" if column == "arm" else "right")
     for arm, row in state["arms"].items():
         cells = [row[name] for name in ("pulls", "conversions", "effective_pulls", "estimate", "index", "pending")]
         table.add_row(arm, *("—" if value is None else f"{value:.6g}" for value in cells))
+    show(table)
+
+
+def _print_model(title: str, model: dict) -> None:
+    """A contextual campaign's state: θ̂ per model block (each arm's, or the actions' one)."""
+    table = Table(title=f"{title}: {model['conversions']} conversions counted, θ̂ estimates τ_m·θ")
+    for column in ("block", "decisions", "pending", "theta"):
+        table.add_column(column, justify="left" if column in ("block", "theta") else "right")
+    blocks = model.get("arms") or {"actions": model}
+    for block, row in blocks.items():
+        theta = ", ".join(f"{value:.4g}" for value in row["theta"])
+        table.add_row(block, str(row["decisions"]), str(row["pending"]), f"[{theta}]")
     show(table)
 
 

@@ -57,3 +57,9 @@ def test_json_and_plot_need_a_policy_and_unknown_estimators_are_refused(log: Pat
     assert replay(log, "--json", tmp_path / "x.json").exit_code == 2
     refused = replay(log, "--policy", "uniform", "--estimator", "magic")
     assert refused.exit_code == 1 and "unknown estimator" in refused.output
+
+
+def test_a_contextual_policy_is_refused_on_a_log_of_arms(log: Path) -> None:
+    refused = replay(log, "--policy", "otf-linucb")
+    said = " ".join(refused.output.split())  # rich wraps the message to the terminal's width
+    assert refused.exit_code == 1 and "'otf-linucb' is contextual, and campaign 'simulated' is not" in said

@@ -65,7 +65,7 @@ def test_intervals_cover_the_true_value(logged, target: str) -> None:
     _, world, logs = logged
     params, distribution = TARGETS[target]
     evaluations = [evaluate(log, target, params) for log in logs]
-    for estimator in ("replay", "ips", "doubly-robust"):
+    for estimator in ("replay", "ips", "snips", "doubly-robust"):
         check_calibrated(
             [evaluation.estimates[estimator] for evaluation in evaluations], true_value(world, distribution)
         )
@@ -136,7 +136,7 @@ def test_a_deterministic_log_still_evaluates_its_own_policy() -> None:
     """On-policy, every weight is 1: every estimator returns the mean logged reward."""
     log = read_campaign_log(simulated_logs(scenario({"name": "fixed", "params": {"arm": 1}}, 600), 1)[0], None, None)
     known = [d.reward for d in log.decisions if d.reward is not None]
-    for estimator in ("replay", "ips", "doubly-robust"):
+    for estimator in ("replay", "ips", "snips", "doubly-robust"):
         evaluation = evaluate(log, "fixed", {"arm": "arm1"}, estimator=estimator)
         assert evaluation.primary.value == pytest.approx(np.mean(known), rel=1e-12)
         assert evaluation.steps == evaluation.decisions

@@ -5,6 +5,8 @@ with propensities, given the evaluated policy's distribution at every logged dec
   sampling for non-uniform logs). Each is one step of the policy's own play, so it is the natural
   estimator for an adaptive policy on a uniformly randomised log.
 - ``ips``: inverse propensity scoring, mean of w_k·r_k with w_k = min(π_k(a_k)/μ_k, clip).
+- ``snips``: self-normalised IPS, Σ w_k·r_k / Σ w_k: slightly biased, but it does not carry the noise of
+  the weights' own mean (1 only in expectation), so its interval is narrower where the weights vary.
 - ``doubly-robust``: mean of Σ_a π_k(a)·r̂(a) + w_k·(r_k − r̂(a_k)) (Dudík, Langford & Li 2011). r̂ is the
   per-arm mean logged reward, cross-fitted (odd decisions use the even ones' means and vice versa) so
   that r̂ never depends on the reward it corrects; the estimate stays unbiased whatever r̂'s quality and
@@ -18,12 +20,13 @@ conditional on the replayed trajectory. Only decisions whose reward is known (wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 Z95 = 1.959963984540054  # standard normal 97.5 % quantile
-ESTIMATORS = ("replay", "ips", "doubly-robust")
+ESTIMATORS = ("replay", "ips", "snips", "doubly-robust")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,22 @@ def ips(log: LoggedArrays, probabilities: np.ndarray, clip: float) -> Estimate:
     terms = np.where(known, w * np.nan_to_num(log.reward), np.nan)
     value, ci = mean_interval(terms)
     return Estimate("ips", value, ci, kish(w[known]), terms)
+
+
+def snips(log: LoggedArrays, probabilities: np.ndarray, clip: float) -> Estimate:
+    """Its interval is the delta method's: the mean of w_k·(r_k − V̂)/w̄ is 0 at the estimate V̂, and its
+    spread is the estimate's. The terms (w_k·r_k/w̄) average to V̂, for the curve over time."""
+    known = ~np.isnan(log.reward)
+    w = weights(log, probabilities, clip)
+    mean_weight = float(w[known].mean()) if known.any() else 0.0
+    if known.sum() < 2 or mean_weight <= 0.0:
+        nan = float("nan")
+        return Estimate("snips", nan, (nan, nan), kish(w[known]), np.full(log.arms.size, nan))
+    reward = np.nan_to_num(log.reward)
+    value = float((w * reward)[known].sum() / w[known].sum())
+    half = Z95 * float((w * (reward - value))[known].std(ddof=1)) / mean_weight / math.sqrt(known.sum())
+    terms = np.where(known, w * reward / mean_weight, np.nan)
+    return Estimate("snips", value, (value - half, value + half), kish(w[known]), terms)
 
 
 def cross_fitted_means(log: LoggedArrays, n_arms: int) -> np.ndarray:

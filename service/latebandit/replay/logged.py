@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latebandit.campaign import Campaign
+from latebandit.policies.linear import CONTEXTUAL_POLICIES
 from latebandit.replay.apply import campaign_from_line
 from latebandit.timeutil import parse_time
 
@@ -29,6 +30,7 @@ class LoggedConversion:
     occurred_at: int
     value: float
     event_id: str | None
+    received_at: int  # when the service took it (``received_at``; its ``occurred_at`` in a log without it)
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,22 @@ class CampaignLog:
     arm_changes: list[ArmChange] = field(default_factory=list)  # in time order, up to ``end``
 
 
-def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> CampaignLog:
-    """The campaign's decisions and conversions up to ``at`` (default: the latest time in the log)."""
+@dataclass
+class LogLines:
+    """One campaign's lines of a log, as read for an evaluation: the decisions still to be made into
+    LoggedDecision (the campaign's, counted, up to ``end``) and the conversions by decision id."""
+
+    campaign: Campaign
+    decisions: list[tuple[int, dict[str, Any]]]  # (at, line)
+    conversions: dict[str, list[dict[str, Any]]]
+    end: int
+    skipped: Counter[str]
+    arm_changes: list[ArmChange]
+
+
+def read_lines(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> LogLines:
+    """The campaign's decision and conversion lines up to ``at`` (default: the latest time in the log); a
+    fallback decision is left out (the default arm, not the policy's choice: nothing to learn from)."""
     campaigns: dict[str, Campaign] = {}
     decisions: list[dict[str, Any]] = []
     conversions: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -82,22 +98,37 @@ def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, 
             latest = max(latest, parse_time(line["occurred_at"]))
     campaign = _pick(campaigns, campaign_id)
     end = latest if at is None else at
-    log = CampaignLog(campaign, [], end, arm_changes=[c for c in changes[campaign.id] if c.at <= end])
-    log.arm_changes.sort(key=lambda change: change.at)
-    every_arm = [*campaign.arms, *(arm for change in log.arm_changes for arm in change.added)]
-    arm_index = {arm: index for index, arm in enumerate(every_arm)}
+    arm_changes = sorted((c for c in changes[campaign.id] if c.at <= end), key=lambda change: change.at)
+    read = LogLines(campaign, [], conversions, end, Counter(), arm_changes)
     for line in decisions:
         if line.get("campaign") != campaign.id:
             continue
         moment = parse_time(line["at"])
         if moment > end:
             continue
-        if line.get("fallback", False):  # the default arm, not the policy's choice: nothing to learn from
-            log.skipped["fallback decisions"] += 1
+        if line.get("fallback", False):
+            read.skipped["fallback decisions"] += 1
             continue
-        log.decisions.append(
-            _decision(campaign, arm_index, line, moment, conversions.get(line["decision_id"], []), end)
+        read.decisions.append((moment, line))
+    return read
+
+
+def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> CampaignLog:
+    """The campaign's decisions and conversions up to ``at`` (default: the latest time in the log)."""
+    read = read_lines(lines, campaign_id, at)
+    campaign = read.campaign
+    if campaign.contextual:
+        raise NotEvaluable(
+            f"campaign {campaign.id!r} is contextual: evaluate a contextual policy on it "
+            f"({', '.join(CONTEXTUAL_POLICIES)})"
         )
+    log = CampaignLog(campaign, [], read.end, read.skipped, read.arm_changes)
+    every_arm = [*campaign.arms, *(arm for change in log.arm_changes for arm in change.added)]
+    arm_index = {arm: index for index, arm in enumerate(every_arm)}
+    for moment, line in read.decisions:
+        if line["arm"] not in arm_index:
+            raise NotEvaluable(f"decision {line['decision_id'][:40]!r} names an unknown arm {line['arm']!r}")
+        log.decisions.append(logged_decision(campaign, arm_index[line["arm"]], line, moment, read))
     log.decisions.sort(key=lambda decision: decision.at)
     return log
 
@@ -114,25 +145,24 @@ def _pick(campaigns: dict[str, Campaign], campaign_id: str | None) -> Campaign:
     return campaigns[campaign_id]
 
 
-def _decision(
-    campaign: Campaign, arm_index: dict[str, int], line: dict[str, Any], at: int, lines: list[dict[str, Any]], end: int
-) -> LoggedDecision:
+def logged_decision(campaign: Campaign, arm: int, line: dict[str, Any], at: int, read: LogLines) -> LoggedDecision:
+    """Decision ``line`` (at ``at``) with its propensity checked, its conversions seen by the log's end and its
+    reward; ``arm``: its index among every arm (a contextual campaign's model block)."""
     propensity = line.get("propensity")
     if isinstance(propensity, bool) or not isinstance(propensity, int | float) or not 0.0 < propensity <= 1.0:
         raise NotEvaluable(
             f"decision {line['decision_id'][:40]!r} has no propensity in (0, 1] (got {propensity!r}): "
             "an off-policy estimate needs the logging policy's probability of every logged choice"
         )
-    if line["arm"] not in arm_index:
-        raise NotEvaluable(f"decision {line['decision_id'][:40]!r} names an unknown arm {line['arm']!r}")
     seen = []
-    for conversion in lines:
+    for conversion in read.conversions.get(line["decision_id"], []):
         occurred = max(at, parse_time(conversion["occurred_at"]))  # the service clamps a small skew to 0
-        if occurred <= end:
-            seen.append(LoggedConversion(occurred, float(conversion.get("value", 1.0)), conversion.get("event_id")))
+        if occurred <= read.end:
+            received = max(occurred, parse_time(conversion.get("received_at", conversion["occurred_at"])))
+            value, event_id = float(conversion.get("value", 1.0)), conversion.get("event_id")
+            seen.append(LoggedConversion(occurred, value, event_id, received))
     reward = None
-    if at + campaign.window_us <= end:
+    if at + campaign.window_us <= read.end:
         counted = [c.value for c in seen if c.occurred_at - at <= campaign.window_us]
         reward = 0.0 if not counted else min(sum(counted), campaign.reward.max) if campaign.reward.sums else counted[0]
-    arm = arm_index[line["arm"]]
     return LoggedDecision(line["decision_id"], arm, at, float(propensity), tuple(seen), reward)

@@ -48,13 +48,15 @@ class Reenactment:
 
 
 class History:
-    """The evaluated policy's own pulls and conversions, on the log's virtual clock."""
+    """The evaluated policy's own pulls and conversions, on the log's virtual clock. A conversion reaches it
+    at its ``occurred_at``, or with ``at_receipt`` when the service received it (its ``received_at``)."""
 
-    def __init__(self, campaign: Campaign) -> None:
+    def __init__(self, campaign: Campaign, at_receipt: bool = False) -> None:
         self.campaign = campaign
         self.now = campaign.created_at
+        self.at_receipt = at_receipt
         self.store = MemoryStore(clock=lambda: self.now, keep_audit=False)
-        # heap of conversions to deliver: (occurred_at, serial number, which conversion, of which decision)
+        # heap of conversions to deliver: (when, serial number, which conversion, of which decision)
         self._due: list[tuple[int, int, int, LoggedDecision]] = []
         self._seq = 0
         self.changed = True  # counters changed since the last ``stats``
@@ -73,25 +75,30 @@ class History:
         self.changed = True
 
     async def advance(self, moment: int) -> None:
-        """Move the clock to ``moment``, delivering every conversion that occurred by then."""
+        """Move the clock to ``moment``, delivering every conversion due by then."""
         self.now = max(self.now, moment)
         while self._due and self._due[0][0] <= moment:
-            occurred, _, index, decision = heapq.heappop(self._due)
+            due, _, index, decision = heapq.heappop(self._due)
             conversion = decision.conversions[index]
             event = Conversion(
                 self.campaign.id, decision.decision_id, decision.arm, decision.at, True, self.campaign.version,
-                occurred, conversion.value, conversion.event_id,
+                conversion.occurred_at, conversion.value, conversion.event_id,
             )  # fmt: skip
-            await self.store.apply_conversions(self.campaign, [prepare(self.campaign, event, occurred, RETENTION)])
+            await self.store.apply_conversions(self.campaign, [prepare(self.campaign, event, due, RETENTION)])
             self.changed = True
 
-    async def record(self, decision: LoggedDecision) -> None:
+    def pull(self, decision: LoggedDecision) -> Pull:
+        """The logged decision as the policy's own pull."""
         bucket, offset, moments = bucket_moments(self.campaign, decision.at)
-        pull = Pull(decision.arm, bucket, offset, moments, decision.decision_id, 1.0, {})
+        return Pull(decision.arm, bucket, offset, moments, decision.decision_id, 1.0, {})
+
+    async def record(self, pull: Pull, decision: LoggedDecision) -> None:
+        """Record ``pull`` (of ``decision``); the decision's conversions are then due to the policy."""
         await self.store.record_decision(self.campaign, pull, None, 0)
         for index, conversion in enumerate(decision.conversions):
             self._seq += 1
-            heapq.heappush(self._due, (conversion.occurred_at, self._seq, index, decision))
+            due = conversion.received_at if self.at_receipt else conversion.occurred_at
+            heapq.heappush(self._due, (due, self._seq, index, decision))
         self.changed = True
 
     async def stats(self, delay_corrected: bool) -> ArmStats:
@@ -156,7 +163,7 @@ async def _reenact(
         probabilities[k, active] = current[0]
         if accept_draws[k] < probabilities[k, decision.arm] / (bound * decision.propensity):
             accepted[k] = True
-            await history.record(decision)
+            await history.record(history.pull(decision), decision)
         if progress is not None and (k + 1) % PROGRESS_EVERY == 0:
             progress(PROGRESS_EVERY)
     return Reenactment(probabilities, accepted, bound)
