@@ -341,9 +341,10 @@ class BatchIngest:
     def _validate(self, raw: Any, now: int, skew: int) -> tuple[str, Item]:
         """The event's campaign and the event: a verified conversion, or an aggregate or watermark (whose
         fields are checked against the campaign's policy, which may change before it is applied)."""
-        named = campaign_of(raw)
-        if named is not None:
-            return named, raw
+        if type(raw) is not dict or raw.get("type") != "conversion":  # the common case's checks first
+            named = campaign_of(raw)
+            if named is not None:
+                return named, raw
         conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
         return conversion.campaign, conversion
 
