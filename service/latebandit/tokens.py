@@ -42,6 +42,9 @@ _KEY_ID_LABEL = b"latebandit key id"
 _LEGACY_FALLBACK_FLAG = "f"
 
 
+TokenFields = tuple[str, int, int, int, bytes, bool]  # a DecisionToken's fields, as TokenSigner.fields gives them
+
+
 class InvalidToken(ValueError):
     """The decision id is malformed, corrupted, or was not signed with a key this service holds."""
 
@@ -139,7 +142,7 @@ class TokenSigner:
     def verify(self, decision_id: str) -> DecisionToken:
         return DecisionToken._make(self.fields(decision_id))
 
-    def fields(self, decision_id: str) -> tuple[str, int, int, int, bytes, bool]:
+    def fields(self, decision_id: str) -> TokenFields:
         """``verify``'s token as a plain tuple, in DecisionToken's order: /feedback verifies one per event,
         and building the named tuple was a fifth of a verification."""
         if not isinstance(decision_id, str) or len(decision_id) > MAX_TOKEN_LENGTH:
@@ -183,3 +186,21 @@ def _parse_legacy(payload: bytes) -> DecisionToken:
         )
     except (UnicodeDecodeError, ValueError) as error:
         raise InvalidToken("decision_id payload is malformed") from error
+
+
+class BatchVerifier:
+    """``TokenSigner.fields`` for one /feedback batch: an id the batch sends again (a decision's several
+    purchases, which a ``sum`` campaign credits) is verified once, a dictionary lookup instead of 2.5 µs. A
+    refused id is not remembered: it is refused again, as the first time."""
+
+    __slots__ = ("_known", "_signer")
+
+    def __init__(self, signer: TokenSigner) -> None:
+        self._signer = signer
+        self._known: dict[str, TokenFields] = {}
+
+    def fields(self, decision_id: str) -> TokenFields:
+        known = self._known.get(decision_id)
+        if known is None:
+            known = self._known[decision_id] = self._signer.fields(decision_id)
+        return known

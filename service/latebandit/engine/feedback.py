@@ -20,7 +20,7 @@ from latebandit.delays.tail import bucket_of
 from latebandit.ids import is_identifier
 from latebandit.store.base import AnonymousEvent, PreparedConversion
 from latebandit.timeutil import MICROS, parse_time
-from latebandit.tokens import InvalidToken, TokenSigner
+from latebandit.tokens import BatchVerifier, InvalidToken, TokenSigner
 
 MAX_EVENTS = 10_000
 
@@ -92,7 +92,7 @@ def _value(raw: dict[str, Any], upper: float) -> float:
     return float(value)
 
 
-def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> Conversion:
+def parse_conversion(raw: Any, signer: TokenSigner | BatchVerifier, now: int, max_skew: int) -> Conversion:
     """Validate a conversion event; campaign-level checks (known, paused, window) come later."""
     if not isinstance(raw, dict) or raw.get("type") != "conversion":
         raise Rejection(Reason.MALFORMED_EVENT, "not a conversion event")
