@@ -4,6 +4,18 @@
 
 local CHUNK = 200  -- doubles per struct call: unpack's stack is bounded
 
+-- The name a contextual decision's features are kept under: its id after the last '.', its signature
+-- (store/base.py's ``features_field``). Found by plain searches: the pattern '[^.]*$', which Lua retries from
+-- every position of the id, took 14 µs of Redis's CPU an id, more than the rest of a conversion.
+local function features_field(decision)
+  local from, dot = 1, string.find(decision, '.', 1, true)
+  while dot do
+    from = dot + 1
+    dot = string.find(decision, '.', from, true)
+  end
+  return string.sub(decision, from)
+end
+
 local function doubles(blob)
   local values, count = {}, #blob / 8
   for first = 1, count, CHUNK do
