@@ -144,7 +144,7 @@ class TokenSigner:
 
     def fields(self, decision_id: str) -> TokenFields:
         """``verify``'s token as a plain tuple, in DecisionToken's order: /feedback verifies one per event,
-        and building the named tuple was a fifth of a verification."""
+        and building the named tuple was a good part of a verification (docs/benchmarks.md)."""
         if not isinstance(decision_id, str) or len(decision_id) > MAX_TOKEN_LENGTH:
             raise InvalidToken("decision_id must be a string of at most 256 characters")
         try:  # the id's ASCII bytes, which every step below reads (a non-ASCII id is no id issued here)
@@ -190,7 +190,7 @@ def _parse_legacy(payload: bytes) -> DecisionToken:
 
 class BatchVerifier:
     """``TokenSigner.fields`` for one /feedback batch: an id the batch sends again (a decision's several
-    purchases, which a ``sum`` campaign credits) is verified once, a dictionary lookup instead of 2.5 µs. A
+    purchases, which a ``sum`` campaign credits) is verified once, then found by a dictionary lookup. A
     refused id is not remembered: it is refused again, as the first time."""
 
     __slots__ = ("_known", "_signer")
