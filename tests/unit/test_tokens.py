@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from latebandit.engine.feedback import Reason, Rejection, parse_conversion
 from latebandit.tokens import (
     MAX_TOKEN_LENGTH,
+    BatchVerifier,
     DecisionToken,
     InvalidToken,
     TokenSigner,
@@ -48,6 +49,21 @@ def test_round_trip_and_length(token: DecisionToken) -> None:
 def test_the_precomputed_signature_is_hmac_sha256(key: bytes, payload: bytes) -> None:
     """Against the standard library's HMAC, for keys shorter than, as long as and longer than a block."""
     assert _Signature(key)(payload) == hmac.digest(key, payload, "sha256")[:16]
+
+
+def test_a_batch_verifier_answers_as_its_signer_and_refuses_a_bad_id_each_time() -> None:
+    """The fields of an id sent twice in a batch are the signer's both times; a refusal is not remembered as
+    an answer (the second sending of a forged id is refused too)."""
+    signer = TokenSigner(SECRET)
+    batch = BatchVerifier(signer)
+    token = DecisionToken("c", 3, 1_767_225_600_000_000, 2, new_nonce(), fallback=True)
+    issued = signer.sign(token)
+    assert batch.fields(issued) == signer.fields(issued) == tuple(token)
+    assert batch.fields(issued) == tuple(token)
+    forged = issued[:-2] + ("AA" if issued[-2:] != "AA" else "BA")
+    for _ in range(2):
+        with pytest.raises(InvalidToken):
+            batch.fields(forged)
 
 
 URLSAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"

@@ -20,7 +20,7 @@ from latebandit.delays.tail import bucket_of
 from latebandit.ids import is_identifier
 from latebandit.store.base import AnonymousEvent, PreparedConversion
 from latebandit.timeutil import MICROS, parse_time
-from latebandit.tokens import InvalidToken, TokenSigner
+from latebandit.tokens import BatchVerifier, InvalidToken, TokenSigner
 
 MAX_EVENTS = 10_000
 
@@ -92,7 +92,7 @@ def _value(raw: dict[str, Any], upper: float) -> float:
     return float(value)
 
 
-def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> Conversion:
+def parse_conversion(raw: Any, signer: TokenSigner | BatchVerifier, now: int, max_skew: int) -> Conversion:
     """Validate a conversion event; campaign-level checks (known, paused, window) come later."""
     if not isinstance(raw, dict) or raw.get("type") != "conversion":
         raise Rejection(Reason.MALFORMED_EVENT, "not a conversion event")
@@ -103,20 +103,17 @@ def parse_conversion(raw: Any, signer: TokenSigner, now: int, max_skew: int) -> 
     occurred_at = _time(raw, "occurred_at")
     value = _value(raw, math.inf)  # at most the campaign's reward.max: the store checks it (and refuses it)
     try:
-        token = signer.verify(decision_id)
+        campaign, arm, decided_at, version, _, fallback = signer.fields(decision_id)
     except InvalidToken as error:
         raise Rejection(Reason.BAD_DECISION_ID, str(error)) from error
     named = raw.get("campaign")
-    if named is not None and named != token.campaign:
-        raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {token.campaign!r}, not {named!r}")
+    if named is not None and named != campaign:
+        raise Rejection(Reason.BAD_DECISION_ID, f"decision belongs to campaign {campaign!r}, not {named!r}")
     if occurred_at > now + max_skew:
         raise Rejection(Reason.FUTURE_TIMESTAMP, "occurred_at is in the future beyond the allowed skew")
-    if occurred_at < token.decided_at - max_skew:
+    if occurred_at < decided_at - max_skew:
         raise Rejection(Reason.BEFORE_DECISION, "occurred_at is before its decision")
-    return Conversion(
-        token.campaign, decision_id, token.arm, token.decided_at, not token.fallback, token.version,
-        occurred_at, value, event_id,
-    )  # fmt: skip
+    return Conversion(campaign, decision_id, arm, decided_at, not fallback, version, occurred_at, value, event_id)
 
 
 def prepare(campaign: Campaign, conversion: Conversion, received_at: int, retention: float) -> PreparedConversion:

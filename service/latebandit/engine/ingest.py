@@ -41,7 +41,7 @@ from latebandit.store.base import (
 )
 from latebandit.store.schedule import RewardBounds, Uncredited
 from latebandit.timeutil import MICROS, Clock
-from latebandit.tokens import TokenSigner
+from latebandit.tokens import BatchVerifier, TokenSigner
 
 LOOKUPS_PER_BATCH = 100  # campaigns one /feedback batch may make this worker look up; the rest are refused
 Item = Conversion | dict[str, Any]  # a verified conversion, or an aggregate or watermark as sent
@@ -287,13 +287,13 @@ class BatchIngest:
         applied are recognised as duplicates when the client retries."""
         result = FeedbackResult()
         now = self.clock()
-        skew = self.ingest.max_skew
+        skew, verifier = self.ingest.max_skew, BatchVerifier(self.signer)
         by_campaign: dict[str, list[tuple[int, Item]]] = defaultdict(list)
         refusals: dict[str, Rejection | None] = {}  # each campaign's, looked up once per batch
         lookups = 0
         for index, raw in enumerate(events):
             try:
-                campaign_id, item = self._validate(raw, now, skew)
+                campaign_id, item = self._validate(raw, now, skew, verifier)
             except Rejection as rejection:
                 result.reject(index, rejection)
                 continue
@@ -338,13 +338,14 @@ class BatchIngest:
                 return
         raise StoreUnavailable(f"campaign {campaign_id!r} changed policy {MAX_MOVES} times during one request")
 
-    def _validate(self, raw: Any, now: int, skew: int) -> tuple[str, Item]:
+    def _validate(self, raw: Any, now: int, skew: int, verifier: BatchVerifier) -> tuple[str, Item]:
         """The event's campaign and the event: a verified conversion, or an aggregate or watermark (whose
         fields are checked against the campaign's policy, which may change before it is applied)."""
-        named = campaign_of(raw)
-        if named is not None:
-            return named, raw
-        conversion: Conversion = parse_conversion(raw, self.signer, now, skew)
+        if type(raw) is not dict or raw.get("type") != "conversion":  # the common case's checks first
+            named = campaign_of(raw)
+            if named is not None:
+                return named, raw
+        conversion: Conversion = parse_conversion(raw, verifier, now, skew)
         return conversion.campaign, conversion
 
     async def _unknown_campaign(self, campaign_id: str) -> Rejection | None:

@@ -39,7 +39,7 @@ local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
   local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket, kept = unpack(event)
   local vector = nil  -- a contextual decision's features: false once gone
-  if kept > 0 then vector = redis.call('HGET', KEYS[kept], string.match(decision, '[^.]*$')) end
+  if kept > 0 then vector = redis.call('HGET', KEYS[kept], features_field(decision)) end
   local outcome
   value = tonumber(value)
   if not (value and value >= 0 and value <= most) then  -- NaN too: S grows by at most max a decision

@@ -59,7 +59,7 @@ for i = 1, pulls do
     local action = ''
     if blocks > 0 then
       local vector = ARGV[base + 8 + moments]
-      redis.call('HSET', features, string.match(decision, '[^.]*$'), vector)
+      redis.call('HSET', features, features_field(decision), vector)
       add_float(cells, cell .. 'f', ARGV[base + 9 + moments])
       chosen[#chosen + 1] = {arm, vector}
       if key then action = '|' .. cjson.decode(ARGV[base + 6])['arm'] end  -- the action a retry is answered
