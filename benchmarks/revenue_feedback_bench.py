@@ -69,7 +69,7 @@ def main() -> None:
         for name, spec in REWARDS.items():
             assert httpx.post(f"{latebandit.url}/campaigns", json=spec).status_code == 201
             console.print(f"signing the /feedback batches of {name!r} ...")
-            bodies[name] = feedback_bodies(Campaign(**spec), args.batch, needed * (args.rounds + 1), 2, 40.0)
+            bodies[name], _ = feedback_bodies(Campaign(**spec), args.batch, needed * (args.rounds + 1), 2, 40.0)
         worker = [latebandit.process.pid, *children(latebandit.process.pid)]
         rounds: dict[str, list[tuple[float, float, float]]] = {name: [] for name in REWARDS}
         for turn in range(args.rounds + 1):  # a warm-up round of 1 s first
