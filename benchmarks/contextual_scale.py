@@ -5,18 +5,22 @@
 For each d, an actions campaign (otf-linucb, a window of one day in 64 buckets) under a fresh key prefix of
 BENCH_REDIS_URL. Its decisions are recorded by RedisStore.record_decisions in batches of ``--batch`` (the
 engine's group commit records up to GROUP_LIMIT = 64 at a time), each batch at one moment, the moments spread
-evenly over the window ending now, so that at the end every decision is still inside it (pending). Each pull
-is the engine's (DecisionEngine._pull: its signed id, bucket and audit record with the chosen features), of
-one random action of norm below 1. The audit stream is emptied every 100 batches, as the audit writer
-deletes what it has written.
+evenly over the window ending now, so that at the end every decision is still inside it (pending). One batch
+is recorded in each bucket of the window first, so that the histogram holds all its cells from the start, as
+after a day of traffic. Each pull is the engine's (DecisionEngine._pull: its signed id, bucket and audit record
+with the chosen features), of one random action of norm below 1. The audit stream is emptied every 100
+batches, as the audit writer deletes what it has written.
 
 Reported, for each d:
-- the time a decision costs to record (its batch's call, wall clock, per decision): the median over the
-  batches of the first and of the last 10,000 decisions; and the time of a snapshot read (RedisStore.snapshot
-  with max_age 0), median of 20, on the new campaign and at the end: none grows with the pending decisions;
-- Redis memory: INFO used_memory before and after (server-wide, so another client of the same server moves
-  it), and MEMORY USAGE (every field sampled) of the features hashes over the decisions they hold, of the
-  model hash, and of the campaign's other keys.
+- the time a decision costs to record (its batch's call, wall clock, per decision), median over the batches
+  of 10,000 decisions recorded at the end of the window, before the run and after it: the same cells, so the
+  two differ only by the decisions pending; and, for the run, the median of each tenth, which grows as the
+  run's moment moves along the cells hash (a listpack below hash-max-listpack-entries, scanned from its
+  first cell: a cost bounded by the window's cells, the steady state being the last tenth's);
+- the time of a snapshot read (RedisStore.snapshot with max_age 0), median of 20, before and after the run;
+- Redis memory: INFO used_memory before and after (server-wide: give BENCH_REDIS_URL a server of its own,
+  or another client's keys move it), and MEMORY USAGE (every field sampled) of the features hashes over the
+  decisions they hold, of the model hash, and of the campaign's other keys.
 The campaign's keys are deleted afterwards.
 """
 
@@ -87,31 +91,44 @@ async def scale(d: int, decisions: int, batch: int) -> dict[str, Any]:
     try:
         campaign = await engine.create_campaign(CampaignSpec(**spec))
         await store.snapshot(campaign, 0.0)  # the worker's held state, as at /choose
-        snapshot_empty = await timed_snapshots(store, engine, campaign.id)
-        audit_key = store.keys.audit(campaign.id)
-        await store.client.delete(audit_key)
+        audit_key, rng, start = store.keys.audit(campaign.id), np.random.default_rng(1), clock.now
+
+        async def record(size: int) -> float:
+            """A batch of ``size`` decisions at the clock's moment; µs a decision its record took."""
+            pulls = []
+            for vector in feature_vectors(rng, size, d):
+                offer, choice = Offer(vector[None], ("a0",)), ContextualChoice(0, "a0", 1.0, vector, 0.05)
+                pulls.append(engine._pull(campaign, 0, 1.0, clock.now, None, contextual=(offer, choice)))
+            started = time.perf_counter()
+            await store.record_decisions(campaign, pulls, [None] * size, 86_400)
+            return (time.perf_counter() - started) * 1e6 / size
+
+        async def at_the_end() -> float:
+            """Median µs a decision of SAMPLE decisions recorded in batches at the window's last moment."""
+            clock.now, times = end - MICROS, []
+            for _ in range(max(1, SAMPLE // batch)):
+                times.append(await record(batch))
+            await store.client.delete(audit_key)
+            return statistics.median(times)
+
+        for bucket in range(campaign.buckets + 1):  # every cell of the window present from the start
+            clock.now = min(start + bucket * campaign.bucket_width_us, end - MICROS)
+            await record(batch)
+        before = await at_the_end()
+        clock.now = start
+        snapshot_start = await timed_snapshots(store, engine, campaign.id)
         used_before = (await store.client.info("memory"))["used_memory"]
-        rng = np.random.default_rng(1)
         batches = -(-decisions // batch)
         step = (WINDOW - 2) * MICROS // batches  # the last batch one second before the end of the window
         per_decision: list[float] = []  # µs, per batch
         for number in range(batches):
-            size = min(batch, decisions - number * batch)
-            vectors = feature_vectors(rng, size, d)
-            pulls = []
-            for vector in vectors:
-                offer = Offer(vector[None], ("a0",))
-                choice = ContextualChoice(0, "a0", 1.0, vector, 0.05)
-                pulls.append(engine._pull(campaign, 0, 1.0, clock.now, None, contextual=(offer, choice)))
-            started = time.perf_counter()
-            await store.record_decisions(campaign, pulls, [None] * size, 86_400)
-            per_decision.append((time.perf_counter() - started) * 1e6 / size)
+            per_decision.append(await record(min(batch, decisions - number * batch)))
             clock.now += step
             if number % TRIM_EVERY == TRIM_EVERY - 1:
                 await store.client.delete(audit_key)
         await store.client.delete(audit_key)
-        clock.now = end
-        used_after = (await store.client.info("memory"))["used_memory"]
+        used_after = (await store.client.info("memory"))["used_memory"]  # the run's decisions alone
+        after = await at_the_end()
         snapshot_full = await timed_snapshots(store, engine, campaign.id)
         state = await store.snapshot(campaign, 0.0)
         pending = int(
@@ -123,15 +140,16 @@ async def scale(d: int, decisions: int, batch: int) -> dict[str, Any]:
         model_bytes = await store.client.memory_usage(store.keys.model(campaign.id), samples=0) or 0
         fixed = [key for key in store.keys.state(campaign.id) if await store.client.exists(key)]
         fixed_bytes = sum([await store.client.memory_usage(key, samples=0) or 0 for key in fixed])
-        sample = max(1, SAMPLE // batch)
+        tenth = max(1, len(per_decision) // 10)
         return {
             "d": d, "decisions": decisions, "batch": batch, "pending_at_end": pending,
-            "record_us_per_decision_first": statistics.median(per_decision[:sample]),
-            "record_us_per_decision_last": statistics.median(per_decision[-sample:]),
-            "snapshot_ms_empty": snapshot_empty, "snapshot_ms_full": snapshot_full,
+            "record_us_per_decision_before": before, "record_us_per_decision_after": after,
+            "record_us_per_decision_by_tenth": [statistics.median(per_decision[k * tenth : (k + 1) * tenth])
+                                                for k in range(len(per_decision) // tenth)],
+            "snapshot_ms_start": snapshot_start, "snapshot_ms_full": snapshot_full,
             "used_memory_delta_bytes": used_after - used_before,
             "used_memory_per_decision": (used_after - used_before) / decisions,
-            "features_hashes": hashes, "features_bytes_per_decision": features_bytes / decisions,
+            "features_hashes": hashes, "features_bytes_per_decision": features_bytes / pending,
             "model_bytes": model_bytes, "campaign_keys": len(fixed), "campaign_keys_bytes": fixed_bytes,
         }  # fmt: skip
     finally:
@@ -151,15 +169,17 @@ def main() -> None:
     for d in args.features:
         row = asyncio.run(scale(d, args.decisions, args.batch))
         results.append(row)
-        first, last = row["record_us_per_decision_first"], row["record_us_per_decision_last"]
+        first, last = row["record_us_per_decision_before"], row["record_us_per_decision_after"]
+        tenths = ", ".join(f"{value:.0f}" for value in row["record_us_per_decision_by_tenth"])
+        used = row["used_memory_delta_bytes"]
         console.print(
-            f"d = {d}: {row['pending_at_end']:,} decisions pending. Recording: {first:.1f} µs a decision over the "
-            f"first {SAMPLE:,}, {last:.1f} µs over the last {SAMPLE:,}; snapshot read {row['snapshot_ms_empty']:.2f} "
-            f"ms new, {row['snapshot_ms_full']:.2f} ms at the end. Memory: used_memory "
-            f"+{row['used_memory_delta_bytes'] / 2**20:,.1f} MiB = {row['used_memory_per_decision']:.0f} bytes a "
-            f"decision; the {row['features_hashes']} features hashes {row['features_bytes_per_decision']:.0f} bytes "
-            f"a decision; the model hash {row['model_bytes']:,} bytes, the campaign's {row['campaign_keys']} keys "
-            f"but the features (model included) {row['campaign_keys_bytes']:,} bytes"
+            f"d = {d}: {row['pending_at_end']:,} decisions pending. Recording at the window's end: {first:.1f} µs "
+            f"a decision before the run, {last:.1f} µs after it (the run by tenths: {tenths}); snapshot "
+            f"read {row['snapshot_ms_start']:.2f} ms before, {row['snapshot_ms_full']:.2f} ms at the end. Memory: "
+            f"used_memory +{used / 2**20:,.1f} MiB = {used / args.decisions:.0f} bytes a decision; the "
+            f"{row['features_hashes']} features hashes {row['features_bytes_per_decision']:.0f} bytes a decision; "
+            f"the model hash {row['model_bytes']:,} bytes, the campaign's {row['campaign_keys']} keys but the "
+            f"features (model included) {row['campaign_keys_bytes']:,} bytes"
         )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "contextual_scale.json").write_text(json.dumps(results, indent=2))

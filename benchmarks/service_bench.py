@@ -62,6 +62,7 @@ from rich.table import Table
 from latebandit.campaign import Campaign
 from latebandit.loadtest.client import Repeat, post, run_load
 from latebandit.store.base import Counters, Histogram, features_field
+from latebandit.store.keys import Keys
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time, wall_clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
@@ -234,21 +235,25 @@ def choose_bodies(spec: dict[str, Any], rng: np.random.Generator) -> list[bytes]
     ]  # fmt: skip
 
 
-async def keep_features(prefix: str, campaign: Campaign, decisions: list[tuple[DecisionToken, str]]) -> None:
+def keep_features(prefix: str, campaign: Campaign, decisions: list[tuple[DecisionToken, str]]) -> None:
     """Each decision's features in the store as record_decisions.lua keeps them (by bucket, expiring), so that
     a conversion of it adds them to b: the decisions the contextual /feedback case converts."""
-    store = RedisStore(REDIS_URL, prefix)
+    import redis
+
+    client, keys = redis.Redis.from_url(REDIS_URL), Keys(prefix)
     vectors = feature_vectors(np.random.default_rng(1), len(decisions), int(campaign.features or 0))
     by_bucket: dict[int, dict[str, bytes]] = {}
     for (token, decision_id), vector in zip(decisions, vectors, strict=True):
         fields = by_bucket.setdefault(token.decided_at // campaign.bucket_width_us, {})
         fields[features_field(decision_id)] = vector.astype("<f8").tobytes()
-    for bucket, fields in by_bucket.items():
-        key, names = store.keys.features(campaign.id, bucket), list(fields)
-        for first in range(0, len(names), 10_000):
-            await store.client.hset(key, mapping={name: fields[name] for name in names[first : first + 10_000]})
-        await store.client.expireat(key, campaign.features_expire_at(bucket))
-    await store.close()
+    with client.pipeline(transaction=False) as pipe:
+        for bucket, fields in by_bucket.items():
+            key, names = keys.features(campaign.id, bucket), list(fields)
+            for first in range(0, len(names), 2_000):
+                pipe.hset(key, mapping={name: fields[name] for name in names[first : first + 2_000]})
+            pipe.expireat(key, campaign.features_expire_at(bucket))
+        pipe.execute()
+    client.close()
 
 
 def load(port: int, bodies: Sequence[bytes], duration: int, connections: int) -> Figures:
@@ -497,7 +502,7 @@ def main() -> None:
             needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
             signed, decisions = feedback_bodies(campaign, args.batch, needed)
             if campaign.contextual:
-                asyncio.run(keep_features(prefix, campaign, decisions))
+                keep_features(prefix, campaign, decisions)
             feedback[name] = measure_feedback(latebandit, lb_port, writer, drained_by, signed, args.duration)
         workers, busy = None, {}
         if not args.no_workers and "delayed-klucb" in chosen:
