@@ -41,6 +41,7 @@ class Inverses:
 
     def __init__(self, entries: dict[float, tuple[np.ndarray, int]] | None = None) -> None:
         self._entries = entries if entries is not None else {}  # λ -> (V⁻¹ (R, d, d), updates since inverted)
+        self._factors: dict[float, np.ndarray] = {}  # λ -> L, LLᵀ = V⁻¹ (Thompson sampling's draw and propensity)
 
     def of(self, gram: np.ndarray, ridge: float) -> np.ndarray:
         """V⁻¹ for ``gram``, the one this memo sits beside (computed at the first call for ``ridge``)."""
@@ -52,6 +53,13 @@ class Inverses:
         inverse = 0.5 * (inverse + np.swapaxes(inverse, 1, 2))  # symmetric to the last bit: Cholesky-safe
         self._entries[ridge] = (inverse, 0)
         return inverse
+
+    def factor(self, gram: np.ndarray, ridge: float) -> np.ndarray:
+        """The Cholesky factor of V⁻¹, once per gram: a Thompson decision's draw and its propensity share it."""
+        factor = self._factors.get(ridge)
+        if factor is None:
+            factor = self._factors[ridge] = np.linalg.cholesky(self.of(gram, ridge))
+        return factor
 
     def with_decisions(self, decisions: Iterable[tuple[int, Array]]) -> Inverses:
         """The memo of the gram plus a·aᵀ in run r for each (r, a) in turn: each inverse held updated by
@@ -447,7 +455,8 @@ class OTFLinTS(ContextualPolicy):
         ridge = Ridge.of(stats, self.ridge())
         c = self.inflation(stats)
         z = rng.standard_normal(ridge.theta.shape)
-        theta = ridge.theta + np.sqrt(c)[:, None] * np.einsum("rde,re->rd", np.linalg.cholesky(ridge.inverse), z)
+        factor = stats.inverses.factor(stats.gram, self.ridge())
+        theta = ridge.theta + np.sqrt(c)[:, None] * np.einsum("rde,re->rd", factor, z)
         return ridge, c, np.einsum("rkd,rd->rk", actions, theta)
 
     def _decide(self, stats: LinearStats, actions: Array, rng: np.random.Generator) -> tuple[Array, Array]:
@@ -493,7 +502,7 @@ class OTFLinTS(ContextualPolicy):
         samples = self._params["propensity_samples"]
         ridge = Ridge.of(stats, self.ridge())
         c = self.inflation(stats)
-        factor = np.linalg.cholesky(ridge.inverse)
+        factor = stats.inverses.factor(stats.gram, self.ridge())
         out = np.empty(action.shape)
         for r in range(action.size):
             digest = hashlib.blake2b(
