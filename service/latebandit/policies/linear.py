@@ -64,11 +64,12 @@ class Inverses:
     def with_decisions(self, decisions: Iterable[tuple[int, Array]]) -> Inverses:
         """The memo of the gram plus a·aᵀ in run r for each (r, a) in turn: each inverse held updated by
         Sherman–Morrison, V⁻¹ − uuᵀ/(1 + aᵀu) with u = V⁻¹a (symmetric to the last bit as V⁻¹ is), or dropped
-        once it has taken FRESH_EVERY updates (the next call inverts afresh)."""
+        once it has taken FRESH_EVERY updates, or when more than d/8 come at once (the next call inverts afresh:
+        measured, an update costs 7 µs at d = 20 and 10 µs at d = 50, an inversion 17 and 59 µs)."""
         added = [(run, np.asarray(features, dtype=np.float64)) for run, features in decisions]
         entries = {}
         for ridge, (inverse, updates) in self._entries.items():
-            if updates + len(added) <= FRESH_EVERY:
+            if updates + len(added) <= FRESH_EVERY and len(added) <= max(1, inverse.shape[-1] // 8):
                 updated = inverse.copy()
                 for run, a in added:
                     u = updated[run] @ a

@@ -137,13 +137,21 @@ class LinearSums:
 
     def with_decisions(self, pulls: Iterable[Pull]) -> LinearSums:
         """These sums with the decisions' A Aᵀ added (a worker's own, before its next read), and the inverses
-        held updated with them (the next decision inverts nothing)."""
-        gram, added = self.gram.copy(), []
-        for pull in pulls:
-            if pull.features is not None:
-                gram[pull.arm] += np.outer(pull.features, pull.features)
-                added.append((pull.arm, pull.features))
+        held updated with them, or dropped (Inverses.with_decisions)."""
+        added = [(pull.arm, pull.features) for pull in pulls if pull.features is not None]
+        gram = self.gram.copy()
+        for block, batch in batch_grams(added).items():
+            gram[block] += batch
         return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
+
+
+def batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what
+    record_decisions.lua adds once per block, and a worker to the sums it holds."""
+    rows: dict[int, list[np.ndarray]] = {}
+    for block, features in added:
+        rows.setdefault(block, []).append(features)
+    return {block: (features := np.array(vectors, dtype=np.float64)).T @ features for block, vectors in rows.items()}
 
 
 @dataclass
