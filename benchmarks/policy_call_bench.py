@@ -41,8 +41,8 @@ def main() -> None:
     rng = np.random.default_rng(1)
     for name, spec in CAMPAIGNS.items():
         campaign = Campaign(**spec, created_at=0)
-        if campaign.plays_schedule:
-            continue  # a planning policy claims slots of a schedule: no per-decision policy call
+        if campaign.plays_schedule or campaign.contextual:
+            continue  # a planning policy claims slots of a schedule, a contextual one scores offers: not ArmStats
         policy, stats = campaign.policy_impl, statistics(len(campaign.arms))
         calls = (*(functools.partial(policy.choose_together, stats, decisions, rng) for decisions in (1, 2)),
                  functools.partial(policy.standing, stats))  # fmt: skip

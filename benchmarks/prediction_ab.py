@@ -76,7 +76,7 @@ def main() -> None:
         rounds: dict[tuple[str, str, int], list[Figures]] = {}
         for measure in (False, *[True] * args.rounds):  # a warm-up round of 2 s first
             for name, connections in CASES:
-                body = orjson.dumps({"campaign": CAMPAIGNS[name]["id"]})
+                body = [orjson.dumps({"campaign": CAMPAIGNS[name]["id"]})]
                 for variant in VARIANTS:
                     figures = load(servers[variant][1], body, args.duration if measure else 2, connections)
                     if measure:

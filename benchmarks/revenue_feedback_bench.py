@@ -63,7 +63,7 @@ CASES = {**REWARDS, "contextual": CONTEXTUAL}
 def contextual_bodies(campaign: Campaign, prefix: str, batch: int, batches: int) -> list[bytes]:
     """Batches of one conversion of 1.0 per decision of ``campaign``, each decision's features (norm below 1)
     written where its /choose keeps them (store/keys.py ``features``), so that every conversion counts."""
-    bodies = feedback_bodies(campaign, batch, batches, 1, 1.0)
+    bodies, _ = feedback_bodies(campaign, batch, batches, 1, 1.0)
     signer, keys, rng = TokenSigner(SECRET), Keys(prefix), np.random.default_rng(0)
     client = redis.Redis.from_url(REDIS_URL)
     for body in bodies:
@@ -106,7 +106,7 @@ def main() -> None:
             if campaign.contextual:
                 bodies[name] = contextual_bodies(campaign, prefix, args.batch, count)
             else:
-                bodies[name] = feedback_bodies(campaign, args.batch, count, 2, 40.0)
+                bodies[name], _ = feedback_bodies(campaign, args.batch, count, 2, 40.0)
             answer = httpx.post(f"{latebandit.url}/feedback", content=bodies[name].pop().partition(b"\r\n\r\n")[2],
                                 headers={"content-type": "application/json"}).json()  # fmt: skip
             assert answer["accepted"] == args.batch and answer["stale"] == 0, answer  # every conversion is taken

@@ -1,6 +1,7 @@
 """Benchmark: latebandit's request path against a bare FastAPI endpoint, in one run, on one machine.
 
     .venv/bin/python -m benchmarks.service_bench [--duration 8] [--rounds 2] [--batch 1000] [--no-workers]
+        [--cases NAME ...]
 
 Each server is one uvicorn worker on real Redis; latebandit also drains its audit log into a fresh
 PostgreSQL database. The bare endpoint (benchmarks/bare_app.py) validates the same body and makes one Redis
@@ -12,10 +13,15 @@ reported as a ratio to the bare endpoint measured in the same run, since the mac
 /choose cases: delayed-klucb with 10 arms and every histogram bucket of a full window populated, the same
 as a revenue campaign (reward max 250, a decision's conversions summed) and after an arm change (one arm
 added, one retired), patient-bandits and delayed-thompson with 3 arms, and odaaf-b with 10 arms (a planning
-policy: each /choose claims a slot of a shared schedule); each at 32, 4 and 1 connections, after a warm-up
-round of 2 s.
-/feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand; besides the
-rate, the CPU a conversion costs the worker and Redis (from /proc), which the machine's noise moves less.
+policy: each /choose claims a slot of a shared schedule), and otf-linucb on an actions campaign (each
+request offers its own 10 actions of d = 20, or of d = 50, features of norm at most 1 written with 6 decimals,
+drawn beforehand: wrk cycles through a pool of request bodies); each at 32, 4 and 1 connections, after a
+warm-up round of 2 s. ``--cases`` keeps the cases whose names contain one of its words (the bare endpoint is
+always measured), for /feedback and the two-worker case too.
+/feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand, to the
+delayed-klucb campaign and to the otf-linucb d = 20 one (each conversion naming a decision whose features the
+store keeps, so that it adds them to b); besides the rate, the CPU a conversion costs the worker and Redis
+(from /proc), which the machine's noise moves less.
 Two workers: the delayed-klucb case again on ``latebandit serve --workers 2``, against one worker (the
 external writer paused meanwhile too), with the cores each process kept busy: what saturates.
 Audit: by default the production layout, ``latebandit audit-writer`` in its own process
@@ -41,9 +47,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -54,7 +61,8 @@ from rich.table import Table
 
 from latebandit.campaign import Campaign
 from latebandit.loadtest.client import Repeat, post, run_load
-from latebandit.store.base import Counters, Histogram
+from latebandit.store.base import Counters, Histogram, features_field
+from latebandit.store.keys import Keys
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS, format_time, wall_clock
 from latebandit.tokens import DecisionToken, TokenSigner, new_nonce
@@ -66,7 +74,7 @@ POSTGRES_ADMIN = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127
 SECRET = "bench-secret-of-at-least-thirty-two-bytes"
 ARMS = [f"arm{k}" for k in range(10)]
 EXPONENTIAL = {"family": "exponential", "mean": 3600}
-CAMPAIGNS = {
+CAMPAIGNS: dict[str, dict[str, Any]] = {
     "delayed-klucb": {"id": "bench", "arms": ARMS, "policy": {"name": "delayed-klucb", "params": {}},
                       "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
     "patient-bandits": {"id": "bench-patient", "arms": ARMS[:3], "policy": {"name": "patient-bandits", "params": {}},
@@ -79,13 +87,33 @@ CAMPAIGNS = {
                      "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
     "odaaf-b": {"id": "bench-odaafb", "arms": ARMS,
                 "policy": {"name": "odaaf-b", "params": {"mean_delay": 100, "max_delay": 1000, "horizon": 10**8}}},
+    "otf-linucb d=20": {"id": "bench-linucb", "policy": {"name": "otf-linucb", "params": {}}, "features": 20,
+                        "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
+    "otf-linucb d=50": {"id": "bench-linucb50", "policy": {"name": "otf-linucb", "params": {}}, "features": 50,
+                        "delay": EXPONENTIAL, "window": 86_400, "buckets": 64},
 }  # fmt: skip
+FULL_WINDOW = ("delayed-klucb", "revenue", "arms changed", "otf-linucb d=20", "otf-linucb d=50")
+FEEDBACK_CASES = ("delayed-klucb", "otf-linucb d=20")  # the campaigns whose conversions /feedback is measured on
+ACTIONS = 10  # offered by each request of a contextual case
+POOL = 1024  # request bodies of a contextual case, drawn beforehand and sent in turn
 RESULTS = Path(__file__).parent / "results"
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")  # the unit of /proc's CPU times
 WRK_SCRIPT = """
+local bodies = {}
+for line in io.lines(os.getenv("BENCH_BODIES")) do bodies[#bodies + 1] = line end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = os.getenv("BENCH_BODY")
+wrk.body = bodies[1]
+if #bodies > 1 then  -- a pool: each request the next body (one alone is sent as wrk's static request)
+  local requests, last = {}, 0
+  init = function(args)
+    for i, body in ipairs(bodies) do requests[i] = wrk.format(nil, nil, nil, body) end
+  end
+  request = function()
+    last = last % #requests + 1
+    return requests[last]
+  end
+end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format('{"requests": %d, "seconds": %.6f, "p50": %.6f, "p99": %.6f, "errors": %d}\\n',
@@ -154,44 +182,97 @@ def forget_keys(prefix: str) -> None:
         client.delete(key)
 
 
+def signed_decisions(campaign: Campaign, count: int, now: int) -> list[tuple[DecisionToken, str]]:
+    """``count`` decisions of ``campaign`` spread over the hour before ``now`` (µs), with their signed ids,
+    signed before the clock starts (the load generator shares the machine: it must not sign while the server
+    is measured)."""
+    signer = TokenSigner(SECRET)
+    tokens = [DecisionToken(campaign.id, n % len(campaign.arms), now - (n % 3600) * MICROS, 1, new_nonce())
+              for n in range(count)]  # fmt: skip
+    return [(token, signer.sign(token)) for token in tokens]
+
+
 def feedback_bodies(
     campaign: Campaign, batch: int, batches: int, purchases: int = 1, value: float = 1.0
-) -> list[bytes]:
-    """``batches`` requests of ``batch`` conversions, signed before the clock starts (the load generator shares
-    the machine: it must not sign while the server is measured): ``purchases`` conversions of ``value`` per
-    decision, each with its own event id (the later ones are repeats, which a ``sum`` campaign credits)."""
-    signer = TokenSigner(SECRET)
+) -> tuple[list[bytes], list[tuple[DecisionToken, str]]]:
+    """``batches`` requests of ``batch`` conversions: ``purchases`` conversions of ``value`` per decision, each
+    with its own event id (the later ones are repeats, which a ``sum`` campaign credits); and the decisions
+    they name."""
     now = wall_clock()
     occurred = format_time(now)
+    decisions = signed_decisions(campaign, batches * (batch // purchases), now)
     serial = itertools.count()
     bodies = []
-    for _ in range(batches):
+    for first in range(0, len(decisions), batch // purchases):
         events = []
-        for _ in range(batch // purchases):
+        for _, decision_id in decisions[first : first + batch // purchases]:
             n = next(serial)
-            token = DecisionToken(campaign.id, n % len(campaign.arms), now - (n % 3600) * MICROS, 1, new_nonce())
-            decision_id = signer.sign(token)
             events += [{"type": "conversion", "event_id": f"ev{n}-{k}", "decision_id": decision_id,
                         "occurred_at": occurred, "value": value} for k in range(purchases)]  # fmt: skip
         bodies.append(post("/feedback", orjson.dumps({"events": events})))
-    return bodies
+    return bodies, decisions
 
 
-def load(port: int, body: bytes, duration: int, connections: int) -> Figures:
-    """``connections`` keep-alive connections posting ``body`` to /choose for ``duration`` seconds."""
+def feature_vectors(rng: np.random.Generator, count: int, d: int) -> np.ndarray:
+    """(count, d) features of norm 0.1 to 0.99 in random directions, with 6 decimals (as a client would send
+    them; the norm stays below 1 after rounding)."""
+    directions = rng.standard_normal((count, d))
+    norms = rng.uniform(0.1, 0.99, size=(count, 1)) / np.linalg.norm(directions, axis=1, keepdims=True)
+    return np.round(directions * norms, 6)
+
+
+def choose_bodies(spec: dict[str, Any], rng: np.random.Generator) -> list[bytes]:
+    """A case's /choose bodies: the campaign alone, or for a contextual campaign a pool of requests each
+    offering its own ACTIONS actions."""
+    if "features" not in spec:
+        return [orjson.dumps({"campaign": spec["id"]})]
+    d = spec["features"]
+    vectors = feature_vectors(rng, POOL * ACTIONS, d).reshape(POOL, ACTIONS, d).tolist()
+    return [
+        orjson.dumps({"campaign": spec["id"], "actions": [{"id": f"a{k}", "features": row} for k, row in
+                      enumerate(rows)]})
+        for rows in vectors
+    ]  # fmt: skip
+
+
+def keep_features(prefix: str, campaign: Campaign, decisions: list[tuple[DecisionToken, str]]) -> None:
+    """Each decision's features in the store as record_decisions.lua keeps them (by bucket, expiring), so that
+    a conversion of it adds them to b: the decisions the contextual /feedback case converts."""
+    import redis
+
+    client, keys = redis.Redis.from_url(REDIS_URL), Keys(prefix)
+    vectors = feature_vectors(np.random.default_rng(1), len(decisions), int(campaign.features or 0))
+    by_bucket: dict[int, dict[str, bytes]] = {}
+    for (token, decision_id), vector in zip(decisions, vectors, strict=True):
+        fields = by_bucket.setdefault(token.decided_at // campaign.bucket_width_us, {})
+        fields[features_field(decision_id)] = vector.astype("<f8").tobytes()
+    with client.pipeline(transaction=False) as pipe:
+        for bucket, fields in by_bucket.items():
+            key, names = keys.features(campaign.id, bucket), list(fields)
+            for first in range(0, len(names), 2_000):
+                pipe.hset(key, mapping={name: fields[name] for name in names[first : first + 2_000]})
+            pipe.expireat(key, campaign.features_expire_at(bucket))
+        pipe.execute()
+    client.close()
+
+
+def load(port: int, bodies: Sequence[bytes], duration: int, connections: int) -> Figures:
+    """``connections`` keep-alive connections posting ``bodies`` to /choose in turn for ``duration`` seconds."""
     if shutil.which("wrk"):
-        with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        with tempfile.NamedTemporaryFile("w", suffix=".lua") as script, tempfile.NamedTemporaryFile("wb") as pool:
             script.write(WRK_SCRIPT)
             script.flush()
+            pool.write(b"\n".join(bodies) + b"\n")  # JSON from orjson holds no newline
+            pool.flush()
             command = ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{duration}s", "-s", script.name,
                        f"http://127.0.0.1:{port}/choose"]  # fmt: skip
-            run = subprocess.run(command, env={**os.environ, "BENCH_BODY": body.decode()}, capture_output=True,
+            run = subprocess.run(command, env={**os.environ, "BENCH_BODIES": pool.name}, capture_output=True,
                                  text=True, check=True)  # fmt: skip
         result = json.loads(run.stdout.strip().splitlines()[-1])
         return Figures(result["requests"] / result["seconds"], result["p50"] * 1e3, result["p99"] * 1e3,
                        result["errors"])  # fmt: skip
-    request = post("/choose", body)
-    measured = asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(lambda: request), duration, connections))
+    requests = itertools.cycle([post("/choose", body) for body in bodies])
+    measured = asyncio.run(run_load("127.0.0.1", port, lambda: Repeat(requests.__next__), duration, connections))
     return Figures(measured.throughput, measured.percentile(50) * 1e3, measured.percentile(99) * 1e3,
                    measured.errors)  # fmt: skip
 
@@ -295,13 +376,13 @@ def cores_used(before: dict[str, float], after: dict[str, float], seconds: float
     return dict(sorted(((name, cores) for name, cores in busy.items() if cores >= 0.02), key=lambda item: -item[1]))
 
 
-def busy_load(writer: Server | None, port: int, body: bytes, duration: int, connections: int,
+def busy_load(writer: Server | None, port: int, bodies: Sequence[bytes], duration: int, connections: int,
               rounds: int) -> tuple[Figures, dict[str, float]]:  # fmt: skip
     """``rounds`` /choose loads with the external writer paused, as every API load here: their median, and
     the cores each command kept busy meanwhile."""
     with paused(writer):
         before, started = cpu_seconds(), time.monotonic()
-        figures = median([load(port, body, duration, connections) for _ in range(rounds)])
+        figures = median([load(port, bodies, duration, connections) for _ in range(rounds)])
         return figures, cores_used(before, cpu_seconds(), time.monotonic() - started)
 
 
@@ -341,6 +422,30 @@ def serve(env: dict[str, str], workers: int, workdir: Path) -> tuple[Server, int
     return start(command, env, port, workdir / f"latebandit-{workers}.log"), port
 
 
+@dataclass
+class FeedbackFigures:
+    rate: float  # conversions per second
+    cpu_us: dict[str, float]  # CPU a conversion costs: the worker's and Redis's, µs
+    figures: Figures
+    audit: dict[str, float]  # audit_drain's
+
+
+def measure_feedback(
+    latebandit: Server, port: int, writer: Server | None, drained_by: str, bodies: list[bytes], duration: int
+) -> FeedbackFigures:
+    """/feedback on ``bodies`` after a warm-up of 2 s, the external writer paused meanwhile, then its drain."""
+    warm_up = len(bodies) * 2 // (duration + 2)
+    feedback_rate(port, bodies[:warm_up], 2)
+    before, started = scrape(drained_by), time.monotonic()
+    worker = [latebandit.process.pid, *children(latebandit.process.pid)]
+    with paused(writer):  # each measured alone on this machine's cores: in production they have their own
+        worker_cpu, redis_cpu = cpu_of(worker), cpu_seconds().get("redis-server", 0.0)
+        events, seconds, figures = feedback_rate(port, bodies[warm_up:], duration)
+        cpu_us = {"worker": (cpu_of(worker) - worker_cpu) * 1e6 / events,  # read before the writer resumes
+                  "redis": (cpu_seconds().get("redis-server", 0.0) - redis_cpu) * 1e6 / events}  # fmt: skip
+    return FeedbackFigures(events / seconds, cpu_us, figures, audit_drain(drained_by, before, started))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=8, help="seconds per measurement")
@@ -348,7 +453,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--no-workers", action="store_true", help="skip the two-worker case")
     parser.add_argument("--audit", choices=["inline", "external"], default="external")
+    parser.add_argument("--cases", nargs="+", metavar="WORD", help="only the cases whose names contain a WORD")
     args = parser.parse_args()
+    chosen = [name for name in CAMPAIGNS if args.cases is None or any(word in name for word in args.cases)]
     workdir = RESULTS / "run"
     workdir.mkdir(parents=True, exist_ok=True)
     env, prefix, database = deployment(args.audit)
@@ -369,13 +476,14 @@ def main() -> None:
         for spec in CAMPAIGNS.values():
             created = httpx.post(f"{latebandit.url}/campaigns", json=spec)
             assert created.status_code == 201, created.text
-        for campaign_id in ("bench", "bench-revenue", "bench-arms"):
-            asyncio.run(fill_history(prefix, campaign_id))
+        for name in FULL_WINDOW:
+            asyncio.run(fill_history(prefix, str(CAMPAIGNS[name]["id"])))
         changed = CAMPAIGNS["arms changed"]["id"]  # then an arm added and one retired, as a creative rotates
         assert httpx.post(f"{latebandit.url}/campaigns/{changed}/arms", json={"arm": "arm10"}).status_code == 201
         assert httpx.delete(f"{latebandit.url}/campaigns/{changed}/arms/arm3").status_code == 200
-        bodies = {name: orjson.dumps({"campaign": spec["id"]}) for name, spec in CAMPAIGNS.items()}
-        cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *CAMPAIGNS)]
+        rng = np.random.default_rng(0)
+        bodies = {name: choose_bodies(spec, rng) for name, spec in CAMPAIGNS.items()}
+        cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *chosen)]
         drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
         rounds: dict[tuple[str, int], list[Figures]] = {case: [] for case in cases}
         for measure in (False, *[True] * args.rounds):  # a warm-up round of 2 s first
@@ -387,23 +495,17 @@ def main() -> None:
                 if measure:
                     rounds[(name, connections)].append(figures)
         choose = {case: median(figures) for case, figures in rounds.items()}
-        console.print("signing the /feedback batches ...")
-        needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
-        signed = feedback_bodies(Campaign(**CAMPAIGNS["delayed-klucb"]), args.batch, needed)
-        warm_up = len(signed) * 2 // (args.duration + 2)
-        feedback_rate(lb_port, signed[:warm_up], 2)  # warm-up
-        signed = signed[warm_up:]
-        before, started = scrape(drained_by), time.monotonic()
-        worker = [latebandit.process.pid, *children(latebandit.process.pid)]
-        with paused(writer):  # each measured alone on this machine's cores: in production they have their own
-            worker_cpu, redis_cpu = cpu_of(worker), cpu_seconds().get("redis-server", 0.0)
-            events, seconds, feedback = feedback_rate(lb_port, signed, args.duration)
-            per_conversion = {"worker": (cpu_of(worker) - worker_cpu) * 1e6 / events,  # read before the writer resumes
-                              "redis": (cpu_seconds().get("redis-server", 0.0) - redis_cpu) * 1e6 / events}  # fmt: skip
-        conversions = events / seconds
-        audit = audit_drain(drained_by, before, started)
+        feedback: dict[str, FeedbackFigures] = {}
+        for name in (name for name in FEEDBACK_CASES if name in chosen):
+            console.print(f"signing the /feedback batches of {name} ...")
+            campaign = Campaign(**CAMPAIGNS[name])
+            needed = int((args.duration + 2) * 100_000 / args.batch) + 8  # more than a worker takes in the time
+            signed, decisions = feedback_bodies(campaign, args.batch, needed)
+            if campaign.contextual:
+                keep_features(prefix, campaign, decisions)
+            feedback[name] = measure_feedback(latebandit, lb_port, writer, drained_by, signed, args.duration)
         workers, busy = None, {}
-        if not args.no_workers:
+        if not args.no_workers and "delayed-klucb" in chosen:
             _, busy["one worker, 32 connections"] = busy_load(
                 writer, lb_port, bodies["delayed-klucb"], args.duration, 32, 1
             )
@@ -414,15 +516,14 @@ def main() -> None:
             workers, busy["two workers, 64 connections"] = busy_load(
                 writer, two_port, bodies["delayed-klucb"], args.duration, 64, args.rounds
             )
-        report(console, choose, (conversions, per_conversion), feedback, audit, workers, busy, args)
+        report(console, choose, feedback, workers, busy, args)
     finally:
         for server in servers:
             stop(server)
         teardown(prefix, database)
 
 
-def report(console: Console, choose: dict[tuple[str, int], Figures],
-           conversions: tuple[float, dict[str, float]], feedback: Figures, audit: dict[str, float],
+def report(console: Console, choose: dict[tuple[str, int], Figures], feedback: dict[str, FeedbackFigures],
            workers: Figures | None, busy: dict[str, dict[str, float]], args: argparse.Namespace) -> None:  # fmt: skip
     table = Table(title=f"/choose, {args.rounds} rounds of {args.duration:g} s (medians), ratios to bare in this run")
     for column in ("case", "connections", "req/s", "p50 ms", "p99 ms", "throughput ratio", "p50 ratio", "p99 ratio",
@@ -445,17 +546,18 @@ def report(console: Console, choose: dict[tuple[str, int], Figures],
             }
         )
     console.print(table)
-    rate, per_conversion = conversions
-    console.print(f"/feedback, batches of {args.batch}: {rate:,.0f} conversions/s per worker (target 50,000), "
-                  f"p99 {feedback.p99_ms:.1f} ms, errors {feedback.errors}; CPU a conversion: the worker's "
-                  f"{per_conversion['worker']:.1f} µs, Redis's {per_conversion['redis']:.1f} µs")  # fmt: skip
-    figures["feedback"] = {"conversions_per_second": rate, "cpu_us_per_conversion": per_conversion,
-                           **asdict(feedback)}  # fmt: skip
-    during, after = audit["during_load_per_second"], audit["after_load_per_second"]
-    left, lag = audit["backlog_at_load_end"], audit["largest_lag_seconds"]
-    console.print(f"audit writer ({args.audit}): {during:,.0f} records/s during the /feedback load, {after:,.0f}/s "
-                  f"draining the {left:.0f} entries left after it (target 20,000), largest lag {lag:.1f}s")  # fmt: skip
-    figures["audit"] = {"mode": args.audit, **audit}
+    figures["feedback"] = measured = {}
+    for name, run in feedback.items():
+        console.print(f"/feedback, {name}, batches of {args.batch}: {run.rate:,.0f} conversions/s per worker (target "
+                      f"50,000), p99 {run.figures.p99_ms:.1f} ms, errors {run.figures.errors}; CPU a conversion: the "
+                      f"worker's {run.cpu_us['worker']:.1f} µs, Redis's {run.cpu_us['redis']:.1f} µs")  # fmt: skip
+        during, after = run.audit["during_load_per_second"], run.audit["after_load_per_second"]
+        left, lag = run.audit["backlog_at_load_end"], run.audit["largest_lag_seconds"]
+        console.print(f"audit writer ({args.audit}): {during:,.0f} records/s during the /feedback load, "
+                      f"{after:,.0f}/s draining the {left:.0f} entries left after it (target 20,000), largest lag "
+                      f"{lag:.1f}s")  # fmt: skip
+        measured[name] = {"conversions_per_second": run.rate, "cpu_us_per_conversion": run.cpu_us,
+                          **asdict(run.figures), "audit": {"mode": args.audit, **run.audit}}  # fmt: skip
     if workers is not None:
         one = choose[("delayed-klucb", 32)]
         ratio = workers.throughput / one.throughput

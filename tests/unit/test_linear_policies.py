@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latebandit.policies import make_policy
-from latebandit.policies.linear import LinearStats, Ridge, make_contextual_policy
+from latebandit.policies.linear import FRESH_EVERY, LinearStats, Ridge, make_contextual_policy
+from latebandit.store.base import LinearSums, Pull
 
 E1, E2, MIX = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]
 OFFERED = np.array([[E1, E2, MIX]])
@@ -296,6 +297,35 @@ def test_batch_runs_decide_independently() -> None:
             np.testing.assert_allclose(
                 batch[r : r + 1], make_contextual_policy(name, params).index(alone, offered[r : r + 1])
             )
+
+
+def test_inverses_carried_over_decisions_score_as_fresh_ones() -> None:
+    """V⁻¹ inverted once and updated by Sherman–Morrison for each decision added since, in a group
+    (LinearStats.with_decision) and in the store's sums (LinearSums.with_decisions), past FRESH_EVERY updates,
+    equals the inverse of the same gram computed afresh, and so do the indices."""
+    rng = np.random.default_rng(7)
+    d, blocks = 5, 2
+    policy = make_contextual_policy("otf-linucb", {})
+    stats, model = LinearStats.empty(blocks, d), LinearSums.zeros(blocks, d)
+
+    def of_model(inverses: bool) -> LinearStats:
+        held = {"inverses": model.inverses} if inverses else {}
+        return LinearStats(model.gram, model.reward, stats.decisions, stats.window_count, stats.window_footprint,
+                           **held)  # fmt: skip
+
+    for step in range(FRESH_EVERY + 40):
+        offered = rng.normal(size=(blocks, 4, d)) / 3
+        for carried in (stats, of_model(True)):
+            policy.choose(carried, offered, rng)  # inverts, or takes the held inverse
+        a = rng.normal(size=d) / 3
+        stats = stats.with_decision(step % blocks, a, 0.1)
+        model = model.with_decisions([Pull(step % blocks, 0, 0, (), f"d{step}", 1.0, {}, a)])
+        fresh = of_model(False)
+        np.testing.assert_array_equal(stats.gram, fresh.gram)
+        for carried in (stats, of_model(True)):
+            np.testing.assert_allclose(Ridge.of(carried, 1.0).inverse, Ridge.of(fresh, 1.0).inverse, rtol=0,
+                                       atol=1e-13)  # fmt: skip
+            np.testing.assert_allclose(policy.index(carried, offered), policy.index(fresh, offered), rtol=1e-12)
 
 
 def test_parameters_are_validated_and_contextual_names_refused_by_the_arm_policies() -> None:

@@ -73,7 +73,7 @@ class Offer:
             raise OfferInvalid(
                 field, f"features have {width} numbers; campaign {campaign.id!r} has d = {campaign.features}"
             )
-        norms = np.sqrt(np.einsum("kd,kd->k", self.vectors, self.vectors))
+        norms = np.sqrt(np.square(self.vectors).sum(axis=1))
         if not (norms <= 1.0 + 1e-9).all():  # the width's scale assumes ‖a‖ <= 1 (docs/algorithms/linear.md)
             worst = int(norms.argmax())
             where = field if self.labels is None else f"actions[{worst}]"
@@ -87,9 +87,10 @@ def _vectors(field: str, rows: list[list[float]]) -> np.ndarray:
         raise OfferInvalid(field, "at least one action")
     if len(rows) > MAX_ACTIONS:
         raise OfferInvalid(field, f"at most {MAX_ACTIONS} actions a request")
-    if len({len(row) for row in rows}) != 1:
-        raise OfferInvalid(field, "every action has the same number of features")
-    vectors = np.array(rows, dtype=np.float64)
+    try:
+        vectors = np.array(rows, dtype=np.float64)
+    except ValueError:  # rows of different lengths (NumPy refuses a ragged array)
+        raise OfferInvalid(field, "every action has the same number of features") from None
     if vectors.shape[1] == 0 or not np.isfinite(vectors).all():
         raise OfferInvalid(field, "features are finite numbers, d of them")
     return vectors
@@ -120,6 +121,7 @@ def linear_stats(campaign: Campaign, state: StateSnapshot, now: int) -> LinearSt
         state.counters.pulls.astype(np.float64),
         np.bincount(hist.arm[inside], hist.count[inside].astype(np.float64), minlength=blocks),
         np.bincount(hist.arm[inside], footprint[inside], minlength=blocks),
+        inverses=model.inverses,  # the same gram's: inverted once per read (policies/linear.py)
     )
 
 
@@ -132,8 +134,11 @@ def choose_offers(
     campaign: Campaign, stats: LinearStats, offers: list[Offer], rng: np.random.Generator
 ) -> list[ContextualChoice]:
     """The decisions of ``offers`` in turn, each chosen from ``stats`` plus the decisions before it."""
-    policy, chosen = campaign.contextual_policy, []
-    for offer in offers:
+    policy, chosen = campaign.contextual_policy, list[ContextualChoice]()
+    for number, offer in enumerate(offers):
+        if number:  # each decision seen by the next (the last one's by the next read, or the store's own sums)
+            previous = chosen[-1]
+            stats = stats.with_decision(previous.block, previous.features, previous.footprint)
         if offer.labels is None:
             choice = policy.choose_arm(stats, offer.vectors[0], rng)
             block = int(choice.action[0])
@@ -144,7 +149,6 @@ def choose_offers(
             block, label, features = 0, offer.labels[action], offer.vectors[action]
         footprint = float(choice.footprint[0])
         chosen.append(ContextualChoice(block, label, float(choice.propensity[0]), features, footprint))
-        stats = stats.with_decision(block, features, footprint)
     return chosen
 
 

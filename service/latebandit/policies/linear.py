@@ -21,18 +21,71 @@ from __future__ import annotations
 import hashlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from latebandit.policies.base import Array, Param, _best, uniform_among
 
+# Rank-one updates an inverse takes (Inverses.with_decisions) before it is inverted afresh: each adds rounding of
+# order d·ε, so that an updated V⁻¹ still scores as a fresh one does to about 1e-12.
+FRESH_EVERY = 256
+
+
+class Inverses:
+    """V⁻¹ = (λI + gram)⁻¹ of every run, memoised per λ beside the gram it inverts (LinearStats, and the store's
+    LinearSums, whose gram is never changed in place): a policy call inverts V once per state read, not once
+    per decision, and each decision added since updates it by Sherman–Morrison, O(d²) instead of O(d³)."""
+
+    def __init__(self, entries: dict[float, tuple[np.ndarray, int]] | None = None) -> None:
+        self._entries = entries if entries is not None else {}  # λ -> (V⁻¹ (R, d, d), updates since inverted)
+        self._factors: dict[float, np.ndarray] = {}  # λ -> L, LLᵀ = V⁻¹ (Thompson sampling's draw and propensity)
+
+    def of(self, gram: np.ndarray, ridge: float) -> np.ndarray:
+        """V⁻¹ for ``gram``, the one this memo sits beside (computed at the first call for ``ridge``)."""
+        entry = self._entries.get(ridge)
+        if entry is not None:
+            return entry[0]
+        gram = np.asarray(gram, dtype=np.float64)
+        inverse = np.linalg.inv(gram + ridge * np.eye(gram.shape[-1]))
+        inverse = 0.5 * (inverse + np.swapaxes(inverse, 1, 2))  # symmetric to the last bit: Cholesky-safe
+        self._entries[ridge] = (inverse, 0)
+        return inverse
+
+    def factor(self, gram: np.ndarray, ridge: float) -> np.ndarray:
+        """The Cholesky factor of V⁻¹, once per gram: a Thompson decision's draw and its propensity share it."""
+        factor = self._factors.get(ridge)
+        if factor is None:
+            factor = self._factors[ridge] = np.linalg.cholesky(self.of(gram, ridge))
+        return factor
+
+    def with_decisions(self, decisions: Iterable[tuple[int, Array]]) -> Inverses:
+        """The memo of the gram plus a·aᵀ in run r for each (r, a) in turn: each inverse held updated by
+        Sherman–Morrison, V⁻¹ − uuᵀ/(1 + aᵀu) with u = V⁻¹a (symmetric to the last bit as V⁻¹ is), or dropped
+        once it has taken FRESH_EVERY updates, or when more than d/8 come at once (the next call inverts afresh:
+        measured, an update costs 7 µs at d = 20 and 10 µs at d = 50, an inversion 17 and 59 µs)."""
+        added = [(run, np.asarray(features, dtype=np.float64)) for run, features in decisions]
+        entries = {}
+        for ridge, (inverse, updates) in self._entries.items():
+            if updates + len(added) <= FRESH_EVERY and len(added) <= max(1, inverse.shape[-1] // 8):
+                updated = inverse.copy()
+                for run, a in added:
+                    u = updated[run] @ a
+                    updated[run] -= np.outer(u, u) / (1.0 + a @ u)
+                entries[ridge] = (updated, updates + len(added))
+        return Inverses(entries)
+
+    def block(self, run: int) -> Inverses:
+        """The memo of run ``run``'s gram alone (LinearStats.block), sharing what is held."""
+        return Inverses({ridge: (inverse[run : run + 1], n) for ridge, (inverse, n) in self._entries.items()})
+
 
 @dataclass(frozen=True)
 class LinearStats:
-    """The sums a linear policy decides from; the leading axis is the run (R = 1 in the service)."""
+    """The sums a linear policy decides from; the leading axis is the run (R = 1 in the service). The arrays
+    are never changed in place (``inverses`` holds what is computed from ``gram``)."""
 
     gram: np.ndarray  # (R, d, d) Σ A_s A_sᵀ over every recorded decision (no ridge: λ is the policy's)
     reward: np.ndarray  # (R, d) b = Σ A_s over decisions whose conversion counted (delay <= m, seen)
@@ -41,6 +94,7 @@ class LinearStats:
     window_footprint: np.ndarray  # (R,) Σ over the window of each decision's footprint (LinearChoice)
     window_gram: np.ndarray | None = None  # (R, d, d) Σ A_s A_sᵀ over the window: correction "cs"
     window_actions: np.ndarray | None = None  # (R, P, d) the window's vectors: correction "exact" (simulator)
+    inverses: Inverses = field(default_factory=Inverses, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         runs, d = np.shape(self.reward)
@@ -67,25 +121,23 @@ class LinearStats:
 
     def with_decision(self, run: int, features: Array, footprint: float) -> LinearStats:
         """These sums with one more decision of ``run`` inside the window (the service's next decision of a
-        group sees the ones before it); the window's vectors and Σ AAᵀ are not kept here."""
-        gram, decisions = self.gram.copy(), np.array(self.decisions, dtype=np.float64)
-        count, footprints = (
-            np.array(self.window_count, dtype=np.float64),
-            np.array(self.window_footprint, dtype=np.float64),
-        )
+        group sees the ones before it), their inverses updated; the window's vectors and Σ AAᵀ are not kept."""
+        gram, one = self.gram.copy(), np.zeros(len(self.decisions))
         gram[run] += np.outer(features, features)
-        decisions[run] += 1
-        count[run] += 1
-        footprints[run] += footprint
-        return LinearStats(gram, self.reward, decisions, count, footprints)
+        one[run] = 1.0
+        return LinearStats(
+            gram, self.reward, self.decisions + one, self.window_count + one, self.window_footprint + footprint * one,
+            inverses=self.inverses.with_decisions([(run, features)]),
+        )  # fmt: skip
 
     def block(self, run: int) -> LinearStats:
         """Run ``run``'s sums alone (R = 1)."""
-        window = (self.window_gram, self.window_actions)
+        window_gram, window_actions = (None if part is None else part[run : run + 1]
+                                       for part in (self.window_gram, self.window_actions))  # fmt: skip
         return LinearStats(
             self.gram[run : run + 1], self.reward[run : run + 1], self.decisions[run : run + 1],
-            self.window_count[run : run + 1], self.window_footprint[run : run + 1],
-            *(None if part is None else part[run : run + 1] for part in window),
+            self.window_count[run : run + 1], self.window_footprint[run : run + 1], window_gram, window_actions,
+            self.inverses.block(run),
         )  # fmt: skip
 
 
@@ -107,18 +159,17 @@ class Ridge:
 
     @classmethod
     def of(cls, stats: LinearStats, ridge: float) -> Ridge:
-        v = np.asarray(stats.gram, dtype=np.float64) + ridge * np.eye(stats.d)
-        inverse = np.linalg.inv(v)
-        inverse = 0.5 * (inverse + np.swapaxes(inverse, 1, 2))  # symmetric to the last bit: Cholesky-safe
-        return cls(inverse, np.einsum("rde,re->rd", inverse, np.asarray(stats.reward, dtype=np.float64)))
+        inverse = stats.inverses.of(stats.gram, ridge)
+        return cls(inverse, np.matmul(inverse, np.asarray(stats.reward, dtype=np.float64)[:, :, None])[:, :, 0])
 
     def leverage(self, actions: Array) -> Array:
-        """(R, K) aᵀV⁻¹a, the squared V⁻¹-norm of each action."""
-        return np.maximum(np.einsum("rkd,rde,rke->rk", actions, self.inverse, actions), 0.0)
+        """(R, K) aᵀV⁻¹a, the squared V⁻¹-norm of each action (products, not einsum: a policy call is a few
+        small array operations, where einsum's setup costs more than the arithmetic)."""
+        return np.maximum(np.einsum("rkd,rkd->rk", np.matmul(actions, self.inverse), actions), 0.0)
 
     def estimate(self, actions: Array) -> Array:
         """(R, K) θ̂ᵀa: the within-window conversion rate τ_m·θᵀa, as of now (biased low by pending ones)."""
-        return np.einsum("rkd,rd->rk", actions, self.theta)
+        return np.matmul(actions, self.theta[:, :, None])[:, :, 0]
 
 
 def radius(decisions: Array, d: int, ridge: float, delta: float) -> Array:
@@ -405,7 +456,8 @@ class OTFLinTS(ContextualPolicy):
         ridge = Ridge.of(stats, self.ridge())
         c = self.inflation(stats)
         z = rng.standard_normal(ridge.theta.shape)
-        theta = ridge.theta + np.sqrt(c)[:, None] * np.einsum("rde,re->rd", np.linalg.cholesky(ridge.inverse), z)
+        factor = stats.inverses.factor(stats.gram, self.ridge())
+        theta = ridge.theta + np.sqrt(c)[:, None] * np.einsum("rde,re->rd", factor, z)
         return ridge, c, np.einsum("rkd,rd->rk", actions, theta)
 
     def _decide(self, stats: LinearStats, actions: Array, rng: np.random.Generator) -> tuple[Array, Array]:
@@ -451,7 +503,7 @@ class OTFLinTS(ContextualPolicy):
         samples = self._params["propensity_samples"]
         ridge = Ridge.of(stats, self.ridge())
         c = self.inflation(stats)
-        factor = np.linalg.cholesky(ridge.inverse)
+        factor = stats.inverses.factor(stats.gram, self.ridge())
         out = np.empty(action.shape)
         for r in range(action.size):
             digest = hashlib.blake2b(

@@ -22,6 +22,7 @@ from latebandit.audit.queue import AuditQueue
 from latebandit.audit.records import Outcome, Record
 from latebandit.campaign import Campaign, CampaignStatus
 from latebandit.delays.tail import BUCKETS
+from latebandit.policies.linear import Inverses
 from latebandit.policies.schedule import Plan
 from latebandit.store.schedule import Claim, ScheduleView, Uncredited
 
@@ -127,18 +128,30 @@ class LinearSums:
 
     gram: np.ndarray  # float64 (K, d, d): Σ A Aᵀ over the block's recorded decisions
     reward: np.ndarray  # float64 (K, d): b = Σ value·A over its counted conversions (value units)
+    # the inverses of λI + gram the policy computed (LinearStats.inverses): gram is never changed in place
+    inverses: Inverses = field(default_factory=Inverses, compare=False, repr=False)
 
     @classmethod
     def zeros(cls, blocks: int, d: int) -> LinearSums:
         return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
 
     def with_decisions(self, pulls: Iterable[Pull]) -> LinearSums:
-        """These sums with the decisions' A Aᵀ added (a worker's own, before its next read)."""
+        """These sums with the decisions' A Aᵀ added (a worker's own, before its next read), and the inverses
+        held updated with them, or dropped (Inverses.with_decisions)."""
+        added = [(pull.arm, pull.features) for pull in pulls if pull.features is not None]
         gram = self.gram.copy()
-        for pull in pulls:
-            if pull.features is not None:
-                gram[pull.arm] += np.outer(pull.features, pull.features)
-        return LinearSums(gram, self.reward)
+        for block, batch in batch_grams(added).items():
+            gram[block] += batch
+        return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
+
+
+def batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what
+    record_decisions.lua adds once per block, and a worker to the sums it holds."""
+    rows: dict[int, list[np.ndarray]] = {}
+    for block, features in added:
+        rows.setdefault(block, []).append(features)
+    return {block: (features := np.array(vectors, dtype=np.float64)).T @ features for block, vectors in rows.items()}
 
 
 @dataclass

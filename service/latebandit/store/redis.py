@@ -57,6 +57,7 @@ from latebandit.store.base import (
     StateUnreadable,
     StateVersion,
     StoreUnavailable,
+    batch_grams,
 )
 from latebandit.store.keys import Keys
 from latebandit.store.schedule import (
@@ -526,7 +527,7 @@ class RedisStore:
         sent = (held.counters, held.version()) if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
-        grams = _batch_grams(pulls) if campaign.contextual else {}
+        grams = batch_grams((p.arm, p.features) for p in pulls if p.features is not None) if campaign.contextual else {}
         args += [campaign.arms_version, len(grams), campaign.features_expire_at(pulls[0].bucket)]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
@@ -923,16 +924,6 @@ def _earlier(stored: bytes, counters: Counters | None = None) -> DecisionResult:
     decision_id, arm, propensity, *action = stored.decode().split("|")
     return DecisionResult(DecisionStatus.REPEATED, decision_id, int(arm), float(propensity), counters,
                           action[0] if action else None)  # fmt: skip
-
-
-def _batch_grams(pulls: Sequence[Pull]) -> dict[int, np.ndarray]:
-    """Per block, the Σ AAᵀ of a batch's contextual pulls (what record_decisions.lua adds once per block)."""
-    grams: dict[int, np.ndarray] = {}
-    for pull in pulls:
-        if pull.features is not None:
-            outer = np.outer(pull.features, pull.features)
-            grams[pull.arm] = grams[pull.arm] + outer if pull.arm in grams else outer
-    return grams
 
 
 def _records(fields: dict[bytes, bytes]) -> list[Record]:

@@ -62,6 +62,21 @@ local function add_doubles(key, field, values)
   redis.call('HSET', key, field, blob_of(total))
 end
 
+-- Add the doubles of ``blob`` to the blob in ``field`` of ``key`` (absent: zeros), chunk by chunk: a third less
+-- work than add_doubles on a blob (each value passes through one table, not three), the same sums.
+local function add_blob(key, field, blob)
+  local stored = redis.call('HGET', key, field) or string.rep('\0', #blob)
+  local parts, count = {}, #blob / 8
+  for first = 1, count, CHUNK do
+    local size = math.min(CHUNK, count - first + 1)
+    local format, at = '<' .. string.rep('d', size), (first - 1) * 8 + 1
+    local total, added = {struct.unpack(format, stored, at)}, {struct.unpack(format, blob, at)}
+    for i = 1, size do total[i] = total[i] + added[i] end
+    parts[#parts + 1] = struct.pack(format, unpack(total, 1, size))
+  end
+  redis.call('HSET', key, field, table.concat(parts))
+end
+
 -- Into ``into`` (a table of doubles, absent entries zero), add ``scale`` times the values of ``blob``, or with
 -- ``outer`` their outer product a·aᵀ (row-major), what a decision adds to Σ AAᵀ.
 local function accumulate(into, blob, scale, outer)

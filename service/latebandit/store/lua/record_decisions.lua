@@ -73,7 +73,7 @@ for i = 1, pulls do
 end
 if #chosen > 0 then
   if every_new then  -- the caller's sums of the same pulls: d·d additions per block, not d·d per pull
-    for pair = 8 + pulls * width + 1, #ARGV, 2 do add_doubles(model, 'g:' .. ARGV[pair], doubles(ARGV[pair + 1])) end
+    for pair = 8 + pulls * width + 1, #ARGV, 2 do add_blob(model, 'g:' .. ARGV[pair], ARGV[pair + 1]) end
   else
     local grams = {}
     for _, pull in ipairs(chosen) do
