@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from latebandit.policies import make_policy
 from latebandit.policies.linear import FRESH_EVERY, LinearStats, Ridge, make_contextual_policy
-from latebandit.store.base import LinearSums, Pull
+from latebandit.store.base import LinearSums
 
 E1, E2, MIX = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]
 OFFERED = np.array([[E1, E2, MIX]])
@@ -319,7 +319,7 @@ def test_inverses_carried_over_decisions_score_as_fresh_ones() -> None:
             policy.choose(carried, offered, rng)  # inverts, or takes the held inverse
         a = rng.normal(size=d) / 3
         stats = stats.with_decision(step % blocks, a, 0.1)
-        model = model.with_decisions([Pull(step % blocks, 0, 0, (), f"d{step}", 1.0, {}, a)])
+        model = model.with_decisions([(step % blocks, a)])
         fresh = of_model(False)
         np.testing.assert_array_equal(stats.gram, fresh.gram)
         for carried in (stats, of_model(True)):

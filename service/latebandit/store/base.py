@@ -135,12 +135,14 @@ class LinearSums:
     def zeros(cls, blocks: int, d: int) -> LinearSums:
         return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
 
-    def with_decisions(self, pulls: Iterable[Pull]) -> LinearSums:
-        """These sums with the decisions' A Aᵀ added (a worker's own, before its next read), and the inverses
-        held updated with them, or dropped (Inverses.with_decisions)."""
-        added = [(pull.arm, pull.features) for pull in pulls if pull.features is not None]
+    def with_decisions(
+        self, added: list[tuple[int, np.ndarray]], grams: dict[int, np.ndarray] | None = None
+    ) -> LinearSums:
+        """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
+        inverses held updated with them, or dropped (Inverses.with_decisions); ``grams``: their
+        ``batch_grams`` if the caller has them already."""
         gram = self.gram.copy()
-        for block, batch in batch_grams(added).items():
+        for block, batch in (batch_grams(added) if grams is None else grams).items():
             gram[block] += batch
         return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
 

@@ -81,8 +81,13 @@ class CampaignMemory:
     model: LinearSums | None = None  # contextual campaigns only
 
     def __post_init__(self) -> None:
-        if self.model is None and self.campaign.contextual:
-            self.model = LinearSums.zeros(len(self.campaign.arms), int(self.campaign.features or 0))
+        if self.model is None:
+            self.model = fresh_model(self.campaign)
+
+
+def fresh_model(campaign: Campaign) -> LinearSums | None:
+    """A contextual campaign's model before any decision (None for another campaign)."""
+    return LinearSums.zeros(len(campaign.arms), int(campaign.features or 0)) if campaign.contextual else None
 
 
 class MemoryStore:
@@ -140,8 +145,8 @@ class MemoryStore:
         memory.campaign = campaign.model_copy(update={"status": memory.campaign.status})
         memory.counters = Counters.zeros(len(campaign.arms))
         memory.delays = _grown(memory.delays, len(campaign.arms))
-        memory.cells, memory.histogram, memory.schedule, memory.model = {}, None, ScheduleBook(), None
-        memory.__post_init__()  # a contextual policy's model starts afresh with the version
+        memory.cells, memory.histogram, memory.schedule = {}, None, ScheduleBook()
+        memory.model = fresh_model(campaign)  # a contextual policy's model starts afresh with the version
         self._queue(memory, [record])
         return memory.campaign
 

@@ -528,7 +528,8 @@ class RedisStore:
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
         grams = batch_grams((p.arm, p.features) for p in pulls if p.features is not None) if campaign.contextual else {}
-        args += [campaign.arms_version, len(grams), campaign.features_expire_at(pulls[0].bucket)]
+        expires = campaign.features_expire_at(pulls[0].bucket) if grams else 0
+        args += [campaign.arms_version, len(grams), expires]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
@@ -543,22 +544,29 @@ class RedisStore:
                 args += [block, gram.astype("<f8").tobytes()]
         statuses, earlier, reply = await self._run("record_decisions", keys, args)
         if grams:
-            self._add_own_decisions(campaign, pulls, statuses)
+            self._add_own_decisions(campaign, pulls, statuses, grams)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
         return [
             _decision_result(status, stored, pull, counters)
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
 
-    def _add_own_decisions(self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int]) -> None:
+    def _add_own_decisions(
+        self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int], grams: dict[int, np.ndarray]
+    ) -> None:
         """This worker's new contextual decisions added to the model it holds, so that its next decisions see
         them before the next read (one recorded between a read's sending and its answer counts twice until
-        the read after: a V slightly too large for at most ``snapshot_interval``)."""
+        the read after: a V slightly too large for at most ``snapshot_interval``). ``grams``: the batch's, sent
+        to the script, which are these when every pull was new (the common case)."""
         cached = self._cached(campaign)
-        if cached is not None and cached.model is not None:
-            cached.model = cached.model.with_decisions(
-                pull for pull, status in zip(pulls, statuses, strict=True) if status == 0
-            )
+        if cached is None or cached.model is None:
+            return
+        added = [
+            (pull.arm, pull.features)
+            for pull, status in zip(pulls, statuses, strict=True)
+            if status == 0 and pull.features is not None
+        ]
+        cached.model = cached.model.with_decisions(added, grams if len(added) == len(pulls) else None)
 
     def _counters_after(
         self,
