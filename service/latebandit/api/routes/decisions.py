@@ -39,6 +39,7 @@ class ChooseRequest(BaseModel):
     context: Features | None = None
 
     def offer(self) -> Offer | None:
+        """What the request offers a contextual campaign (Offer.of_request); None for a plain request."""
         actions = None if self.actions is None else [(action.id, action.features) for action in self.actions]
         return Offer.of_request(actions, self.context)
 
@@ -63,7 +64,6 @@ async def choose(request: Request) -> Response:
     served = scope.get(SERVED_CAMPAIGNS)
     if served is not None and not served(body.campaign):
         raise forbidden_campaign(body.campaign)
-    offer = None if body.actions is None and body.context is None else body.offer()
-    decision = await engine_of(request).choose(body.campaign, body.request_id, offer)
+    decision = await engine_of(request).choose(body.campaign, body.request_id, body.offer())
     metrics.DECISION_LATENCY.observe(time.perf_counter() - started)
     return JsonAnswer(decision.body())
