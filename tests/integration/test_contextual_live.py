@@ -19,6 +19,7 @@ from latebandit.config import Settings
 from latebandit.engine.contextual import Offer
 from latebandit.engine.core import Decision, DecisionEngine, EngineOptions
 from latebandit.replay.rebuild import rebuild_redis
+from latebandit.store import redis as redis_store
 from latebandit.store.redis import RedisStore
 from latebandit.timeutil import MICROS
 from latebandit.tokens import TokenSigner
@@ -40,7 +41,7 @@ def offer(form: str, seed: int) -> Offer:
 
 
 def assert_same_state(live: dict[str, Any], replayed: dict[str, Any]) -> None:
-    """Equal, the model's floats up to rounding (Redis adds a batch's Σ AAᵀ at once, a replay each pull's)."""
+    """Equal, the model's floats up to rounding (a fold adds many decisions' Σ AAᵀ at once, a replay each pull's)."""
     live_model, replayed_model = live.pop("model"), replayed.pop("model")
     assert replayed == live
     for key, value in live_model.items():
@@ -66,7 +67,9 @@ operations = st.lists(
 @pytest.mark.parametrize("form", ["actions", "context"])
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
-async def test_live_model_equals_the_replay(request, kind, form, steps) -> None:
+async def test_live_model_equals_the_replay(request, monkeypatch, kind, form, steps) -> None:
+    """Redis folds its ``decided`` string every 2 decisions here, either worker, while the other decides."""
+    monkeypatch.setattr(redis_store, "FOLD_AFTER", 2)
     clock = Clock()
     async with workers(request, kind, clock) as engines:
         await engines[0].create_campaign(CampaignSpec(**SPECS[form]))

@@ -135,21 +135,18 @@ class LinearSums:
     def zeros(cls, blocks: int, d: int) -> LinearSums:
         return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
 
-    def with_decisions(
-        self, added: list[tuple[int, np.ndarray]], grams: dict[int, np.ndarray] | None = None
-    ) -> LinearSums:
+    def with_decisions(self, added: list[tuple[int, np.ndarray]]) -> LinearSums:
         """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
-        inverses held updated with them, or dropped (Inverses.with_decisions); ``grams``: their
-        ``batch_grams`` if the caller has them already."""
+        inverses held updated with them, or dropped (Inverses.with_decisions)."""
         gram = self.gram.copy()
-        for block, batch in (batch_grams(added) if grams is None else grams).items():
+        for block, batch in batch_grams(added).items():
             gram[block] += batch
         return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
 
 
 def batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
-    """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what
-    record_decisions.lua adds once per block, and a worker to the sums it holds."""
+    """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what a worker adds
+    to the sums it holds, and a fold of the ``decided`` string to the stored ones (store/redis.py)."""
     rows: dict[int, list[np.ndarray]] = {}
     for block, features in added:
         rows.setdefault(block, []).append(features)

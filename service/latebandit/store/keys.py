@@ -31,7 +31,8 @@ class Keys:
     def state(self, campaign: str) -> list[str]:
         """The keys that hold a campaign's state (not its audit queue, whose entries are still owed to the
         audit log, nor request-id keys)."""
-        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited, self.model)
+        names = (self.config, self.counters, self.cells, self.delays, self.dedup, self.credited, self.model,
+                 self.decided)  # fmt: skip
         retired = [self._tagged(campaign, name) for name in RETIRED]
         return [*(name(campaign) for name in (*names, *self.schedule_names())), *retired]
 
@@ -65,8 +66,15 @@ class Keys:
 
     def model(self, campaign: str) -> str:
         """Hash of a contextual campaign's model sums per block (store/base.py's LinearSums), each a blob of
-        little-endian float64: ``g:k`` Σ AAᵀ (d·d), ``b:k`` b (d)."""
+        little-endian float64: ``g:k`` Σ AAᵀ (d·d) over the decisions folded so far, ``b:k`` b (d); ``fold``
+        names the last fold (store/lua/fold_model.lua), which a later fold must find unchanged."""
         return self._tagged(campaign, "model")
+
+    def decided(self, campaign: str) -> str:
+        """String of a contextual campaign's decisions recorded since the last fold, appended by
+        record_decisions.lua: per decision d + 1 little-endian float64, its block then its features. Σ AAᵀ is the
+        model's ``g:k`` plus these; a worker folds them in (store/redis.py's ``fold_model``) once they are many."""
+        return self._tagged(campaign, "decided")
 
     def features(self, campaign: str, bucket: int) -> str:
         """Hash of the chosen features of a contextual campaign's decisions of histogram ``bucket``, by the

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -76,15 +77,21 @@ from latebandit.timeutil import MICROS, Clock, wall_clock
 SCRIPTS = (
     *("create_campaign", "set_status", "change_policy", "change_arms", "archive_campaign", "purge_campaign"),
     *("record_decisions", "record_fallback", "claim_audit"),
-    *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous"),
+    *("apply_conversions", "fold_matured", "claim_slots", "commit_plan", "apply_anonymous", "fold_model"),
 )
 LIBRARY_MARK = "-- requires: "
 CONVERSIONS_PER_SCRIPT = 1_000
+# Decisions a contextual campaign's ``decided`` string holds before a worker folds them into its model: a read
+# adds them up each time (at d = 50, 512 of them are 200 KB and 1.3·10⁶ multiply-adds, a tenth of a millisecond
+# once per read), and a fold costs a read and a write of the grams.
+FOLD_AFTER = 512
 MAX_CONNECTIONS = 128
 SOCKET_TIMEOUT = 2.0  # seconds a Redis call, or the wait for a connection, may take: then Redis is unreachable
 # What hset's mapping takes. Annotated so: redis types its key as a union in an (invariant) Mapping, which
 # no dict[str, ...] matches.
 HashFields = dict[FieldT, EncodableT]
+
+logger = logging.getLogger(__name__)
 
 
 def _load_script(name: str) -> str:
@@ -192,14 +199,30 @@ def parse_histogram(raw: dict[bytes, bytes], components: int) -> Histogram:
     )  # fmt: skip
 
 
-def parse_model(raw: dict[bytes, bytes], blocks: int, d: int) -> LinearSums:
-    """The model hash (store/lua/linear_lib.lua's float64 blobs ``g:k``, ``b:k``) as LinearSums; absent: 0."""
+def parse_model(raw: dict[bytes, bytes], decided: bytes | None, blocks: int, d: int) -> LinearSums:
+    """The model hash (float64 blobs ``g:k``, ``b:k``; store/keys.py) plus the decisions of ``decided`` not
+    folded into it yet, as LinearSums; absent: 0. ValueError for what the scripts never write."""
     model = LinearSums.zeros(blocks, d)
     for field, value in raw.items():
+        if field == b"fold":
+            continue
         kind, block = field.split(b":")
         target = model.gram if kind == b"g" else model.reward
         target[int(block)] = np.frombuffer(value, dtype="<f8").reshape(target.shape[1:])
+    if decided:
+        for block, gram in decided_grams(decided, blocks, d).items():
+            model.gram[block] += gram
     return model
+
+
+def decided_grams(decided: bytes, blocks: int, d: int) -> dict[int, np.ndarray]:
+    """Per block, the Σ AAᵀ of the decisions in a ``decided`` string (record_decisions.lua's entries: block,
+    then features; ValueError for a string that is not whole entries of known blocks)."""
+    entries = np.frombuffer(decided, dtype="<f8").reshape(-1, d + 1)
+    block = entries[:, 0].astype(np.int64)
+    if not ((block == entries[:, 0]) & (block >= 0) & (block < blocks)).all():
+        raise ValueError("a decided entry names no block of the campaign")
+    return batch_grams(zip(block.tolist(), entries[:, 1:], strict=True))
 
 
 def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
@@ -256,8 +279,11 @@ class RedisStore:
         self._reads = itertools.count(1)  # numbers each read of a campaign's state (StateVersion.read)
         self._refreshing: dict[tuple[str, int, int], asyncio.Future[StateSnapshot]] = {}  # by campaign, versions
         self._owner = os.urandom(8).hex()  # this process, as holder of audit leases
+        self._folding: dict[str, asyncio.Future[bool]] = {}  # per contextual campaign, its fold in flight
 
     async def close(self) -> None:
+        for fold in list(self._folding.values()):
+            fold.cancel()
         await self.client.aclose()
         if self._direct is not None:
             await self._direct.close()
@@ -414,7 +440,7 @@ class RedisStore:
     ) -> Campaign | None:
         cid = campaign.id
         keys = [self.keys.config(cid), self.keys.counters(cid), self.keys.cells(cid), self.keys.audit(cid)]
-        keys += [*(name(cid) for name in self.keys.schedule_names()), self.keys.model(cid)]
+        keys += [*(name(cid) for name in self.keys.schedule_names()), self.keys.model(cid), self.keys.decided(cid)]
         before = campaign.arms_version if arms_before is None else arms_before
         args: list[EncodableT] = [campaign.model_dump_json(), campaign.version, orjson.dumps(record), before,
                                   campaign.arms_version]  # fmt: skip
@@ -488,6 +514,7 @@ class RedisStore:
             pipe.hgetall(self.keys.delays(campaign.id))
             if campaign.contextual:
                 pipe.hgetall(self.keys.model(campaign.id))
+                pipe.get(self.keys.decided(campaign.id))
             counters_raw, cells_raw, delays_raw, *model_raw = await pipe.execute()
         if counters_raw and counters_raw.get(b"a", b"0") != b"%d" % campaign.arms_version:
             raise CampaignMoved(campaign.id)  # the caller's arms are not the stored ones: it reloads the campaign
@@ -496,7 +523,7 @@ class RedisStore:
             counters = parse_counters(counters_raw, len(campaign.arms))
             histogram = parse_histogram(cells_raw, components)
             delays = parse_delays(delays_raw, len(campaign.arms))
-            model = parse_model(model_raw[0], len(campaign.arms), campaign.features or 0) if model_raw else None
+            model = parse_model(*model_raw, len(campaign.arms), campaign.features or 0) if model_raw else None
             _finite(counters.conversions, histogram.moments, *(() if model is None else (model.gram, model.reward)))
         cached = _Cached(
             counters,
@@ -527,37 +554,34 @@ class RedisStore:
         sent = (held.counters, held.version()) if held is not None else None
         args: list[EncodableT] = [campaign.version, ttl, len(campaign.exact_components)]
         args += [held.counters.decisions, held.stamp] if held is not None else [-1, -1]
-        grams = batch_grams((p.arm, p.features) for p in pulls if p.features is not None) if campaign.contextual else {}
-        expires = campaign.features_expire_at(pulls[0].bucket) if grams else 0
-        args += [campaign.arms_version, len(grams), expires]
+        contextual = campaign.contextual
+        expires = campaign.features_expire_at(pulls[0].bucket) if contextual else 0
+        args += [campaign.arms_version, int(contextual), expires]
         for pull, request_id in zip(pulls, request_ids, strict=True):
             if request_id is not None:
                 keys.append(self.keys.request(campaign.id, request_id))
             args += [pull.arm, pull.bucket, pull.offset, pull.decision_id, repr(pull.propensity),
                      orjson.dumps(pull.record), int(request_id is not None), *map(repr, pull.moments)]  # fmt: skip
-            if grams:
+            if contextual:
                 assert pull.features is not None and pull.bucket == pulls[0].bucket, "one moment's decisions"
                 args += [pull.features.astype("<f8").tobytes(), repr(pull.footprint)]
-        if grams:
-            keys += [self.keys.model(campaign.id), self.keys.features(campaign.id, pulls[0].bucket)]
-            for block, gram in grams.items():
-                args += [block, gram.astype("<f8").tobytes()]
-        statuses, earlier, reply = await self._run("record_decisions", keys, args)
-        if grams:
-            self._add_own_decisions(campaign, pulls, statuses, grams)
+        if contextual:
+            keys += [self.keys.decided(campaign.id), self.keys.features(campaign.id, pulls[0].bucket)]
+        statuses, earlier, reply, decided = await self._run("record_decisions", keys, args)
+        if contextual:
+            self._add_own_decisions(campaign, pulls, statuses)
+            if decided >= FOLD_AFTER * ((campaign.features or 0) + 1) * 8:
+                self._fold_soon(campaign)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
         return [
             _decision_result(status, stored, pull, counters)
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
 
-    def _add_own_decisions(
-        self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int], grams: dict[int, np.ndarray]
-    ) -> None:
+    def _add_own_decisions(self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int]) -> None:
         """This worker's new contextual decisions added to the model it holds, so that its next decisions see
         them before the next read (one recorded between a read's sending and its answer counts twice until
-        the read after: a V slightly too large for at most ``snapshot_interval``). ``grams``: the batch's, sent
-        to the script, which are these when every pull was new (the common case)."""
+        the read after: a V slightly too large for at most ``snapshot_interval``)."""
         cached = self._cached(campaign)
         if cached is None or cached.model is None:
             return
@@ -566,7 +590,41 @@ class RedisStore:
             for pull, status in zip(pulls, statuses, strict=True)
             if status == 0 and pull.features is not None
         ]
-        cached.model = cached.model.with_decisions(added, grams if len(added) == len(pulls) else None)
+        cached.model = cached.model.with_decisions(added)
+
+    def _fold_soon(self, campaign: Campaign) -> None:
+        """A fold of the campaign's ``decided`` string (``fold_model``) in the background, one at a time per
+        campaign: the decision that found it long is answered meanwhile."""
+        if campaign.id in self._folding:
+            return
+        fold = asyncio.ensure_future(self.fold_model(campaign))
+        self._folding[campaign.id] = fold
+        fold.add_done_callback(lambda done: self._folded(campaign.id, done))
+
+    def _folded(self, campaign_id: str, done: asyncio.Future[bool]) -> None:
+        self._folding.pop(campaign_id, None)
+        if not done.cancelled() and done.exception() is not None:  # the next decision recorded asks again
+            logger.warning("folding the model of %s failed: %s", campaign_id, done.exception())
+
+    async def fold_model(self, campaign: Campaign) -> bool:
+        """Fold the decisions of a contextual campaign's ``decided`` string into its model's Σ AAᵀ: read both in
+        one transaction, add them up here, and write the sums back (store/lua/fold_model.lua) unless another
+        fold or a policy change came first. Whether it folded."""
+        cid, blocks, d = campaign.id, len(campaign.arms), campaign.features or 0
+        async with self._reachable("fold_model"), self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.model(cid))
+            pipe.get(self.keys.decided(cid))
+            raw, decided = await pipe.execute()
+        if not decided:
+            return False
+        with _readable(campaign, "model"):
+            grams = decided_grams(decided, blocks, d)
+            stored = parse_model(raw, None, blocks, d).gram
+        args: list[EncodableT] = [campaign.version, raw.get(b"fold", b""), len(decided), os.urandom(8).hex()]
+        for block, gram in grams.items():
+            args += [block, (stored[block] + gram).astype("<f8").tobytes()]
+        keys = [self.keys.counters(cid), self.keys.model(cid), self.keys.decided(cid)]
+        return bool(await self._run("fold_model", keys, args))
 
     def _counters_after(
         self,
@@ -813,6 +871,7 @@ class RedisStore:
             if model is not None:
                 blobs: HashFields = {f"g:{k}": gram.astype("<f8").tobytes() for k, gram in enumerate(model.gram)}
                 blobs |= {f"b:{k}": reward.astype("<f8").tobytes() for k, reward in enumerate(model.reward)}
+                blobs["fold"] = os.urandom(8).hex()  # a fold read before this rebuild writes nothing (fold_model.lua)
                 pipe.hset(self.keys.model(cid), mapping=blobs)
             for suffix, (value, seconds) in expiring.items():
                 if suffix.startswith("ft:"):

@@ -82,7 +82,7 @@ for i, event in ipairs(events) do
     else
       if vector then
         rewards[arm] = rewards[arm] or {}
-        accumulate(rewards[arm], vector, value, false)
+        add_scaled(rewards[arm], vector, value)
       end
       add_sum(arm, value)
       counted['c:' .. arm] = (counted['c:' .. arm] or 0) + 1

@@ -2,8 +2,9 @@
 -- Start a campaign's next policy version: the new configuration, fresh counters and histogram (pulls of an
 -- earlier version no longer count), the pause flag and the deduplication memory kept.
 -- A planning policy's schedule starts afresh too, and a contextual policy's model. KEYS: config, counters,
--- cells, audit, then the schedule's keys (sched, segments, starts, closed), then the model. ARGV: new config JSON, new version, audit record, the arms version
--- the caller read, the new one (change_arms.lua: a restart with new arms changes both versions at once).
+-- cells, audit, then the schedule's keys (sched, segments, starts, closed), then the model and its ``decided``
+-- string. ARGV: new config JSON, new version, audit record, the arms version the caller read, the new one
+-- (change_arms.lua: a restart with new arms changes both versions at once).
 -- Returns 1 changed, 0 unknown campaign, -1 the version is not the one before ARGV[2] or the arms version not
 -- ARGV[4] (a concurrent change), -2 archived (nothing changed: its fresh counters would drop the archive).
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

@@ -1,6 +1,7 @@
--- Shared by the scripts that add to a contextual campaign's model (prepended by store/redis.py to every script
--- whose first line "-- requires: ..." names linear_lib): its sums are blobs of little-endian float64 (NumPy's
--- '<f8', store/redis.py's ``parse_model``), added element by element in IEEE doubles, as the embedded store adds.
+-- Shared by the scripts that keep a contextual campaign's decisions' features or add to its model's b
+-- (prepended by store/redis.py to every script whose first line "-- requires: ..." names linear_lib): its sums
+-- are blobs of little-endian float64 (NumPy's '<f8', store/redis.py's ``parse_model``), added element by
+-- element in IEEE doubles, as the embedded store adds.
 
 local CHUNK = 200  -- doubles per struct call: unpack's stack is bounded
 
@@ -62,32 +63,9 @@ local function add_doubles(key, field, values)
   redis.call('HSET', key, field, blob_of(total))
 end
 
--- Add the doubles of ``blob`` to the blob in ``field`` of ``key`` (absent: zeros), chunk by chunk: a third less
--- work than add_doubles on a blob (each value passes through one table, not three), the same sums.
-local function add_blob(key, field, blob)
-  local stored = redis.call('HGET', key, field) or string.rep('\0', #blob)
-  local parts, count = {}, #blob / 8
-  for first = 1, count, CHUNK do
-    local size = math.min(CHUNK, count - first + 1)
-    local format, at = '<' .. string.rep('d', size), (first - 1) * 8 + 1
-    local total, added = {struct.unpack(format, stored, at)}, {struct.unpack(format, blob, at)}
-    for i = 1, size do total[i] = total[i] + added[i] end
-    parts[#parts + 1] = struct.pack(format, unpack(total, 1, size))
-  end
-  redis.call('HSET', key, field, table.concat(parts))
-end
-
--- Into ``into`` (a table of doubles, absent entries zero), add ``scale`` times the values of ``blob``, or with
--- ``outer`` their outer product a·aᵀ (row-major), what a decision adds to Σ AAᵀ.
-local function accumulate(into, blob, scale, outer)
+-- Into ``into`` (a table of doubles, absent entries zero), add ``scale`` times the values of ``blob``: what a
+-- counted conversion adds to its block's b.
+local function add_scaled(into, blob, scale)
   local a = doubles(blob)
-  if outer then
-    local d = #a
-    for i = 1, d do
-      local row = (i - 1) * d
-      for j = 1, d do into[row + j] = (into[row + j] or 0) + a[i] * a[j] end
-    end
-  else
-    for i = 1, #a do into[i] = (into[i] or 0) + scale * a[i] end
-  end
+  for i = 1, #a do into[i] = (into[i] or 0) + scale * a[i] end
 end
