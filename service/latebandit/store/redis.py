@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -127,11 +128,16 @@ class _Cached:
     arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
     model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions since
+    # this worker's contextual decisions (block, A) recorded since, not yet in ``model``: added when a snapshot
+    # is taken, which for a decision taken alone is after its answer (engine/core.py prepares the next one)
+    own: list[tuple[int, np.ndarray]] = dataclasses.field(default_factory=list)
 
     def version(self) -> StateVersion:
         return StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
 
     def snapshot(self) -> StateSnapshot:
+        if self.own and self.model is not None:
+            self.model, self.own = self.model.with_decisions(self.own), []
         return StateSnapshot(self.counters, self.histogram, self.delays, self.version(), self.model)
 
 
@@ -579,18 +585,16 @@ class RedisStore:
         ]
 
     def _add_own_decisions(self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int]) -> None:
-        """This worker's new contextual decisions added to the model it holds, so that its next decisions see
-        them before the next read (one recorded between a read's sending and its answer counts twice until
-        the read after: a V slightly too large for at most ``snapshot_interval``)."""
+        """This worker's new contextual decisions, for the model it holds: its next decisions see them before
+        the next read (one recorded between a read's sending and its answer counts twice until the read after:
+        a V slightly too large for at most ``snapshot_interval``)."""
         cached = self._cached(campaign)
-        if cached is None or cached.model is None:
-            return
-        added = [
-            (pull.arm, pull.features)
-            for pull, status in zip(pulls, statuses, strict=True)
-            if status == 0 and pull.features is not None
-        ]
-        cached.model = cached.model.with_decisions(added)
+        if cached is not None and cached.model is not None:
+            cached.own += [
+                (pull.arm, pull.features)
+                for pull, status in zip(pulls, statuses, strict=True)
+                if status == 0 and pull.features is not None
+            ]
 
     def _fold_soon(self, campaign: Campaign) -> None:
         """A fold of the campaign's ``decided`` string (``fold_model``) in the background, one at a time per
