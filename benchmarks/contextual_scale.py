@@ -20,7 +20,8 @@ Reported, for each d:
 - the time of a snapshot read (RedisStore.snapshot with max_age 0), median of 20, before and after the run;
 - Redis memory: INFO used_memory before and after (server-wide: give BENCH_REDIS_URL a server of its own,
   or another client's keys move it), and MEMORY USAGE (every field sampled) of the features hashes over the
-  decisions they hold, of the model hash, and of the campaign's other keys.
+  decisions they hold, of the model hash and its ``decided`` string (the decisions not folded yet, at most
+  about store/redis.py's FOLD_AFTER), and of the campaign's other keys.
 The campaign's keys are deleted afterwards.
 """
 
@@ -138,6 +139,7 @@ async def scale(d: int, decisions: int, batch: int) -> dict[str, Any]:
         )
         hashes, features_bytes = await memory_usage(store, store.keys.all_features(campaign.id))
         model_bytes = await store.client.memory_usage(store.keys.model(campaign.id), samples=0) or 0
+        decided_bytes = await store.client.memory_usage(store.keys.decided(campaign.id), samples=0) or 0
         fixed = [key for key in store.keys.state(campaign.id) if await store.client.exists(key)]
         fixed_bytes = sum([await store.client.memory_usage(key, samples=0) or 0 for key in fixed])
         tenth = max(1, len(per_decision) // 10)
@@ -150,7 +152,8 @@ async def scale(d: int, decisions: int, batch: int) -> dict[str, Any]:
             "used_memory_delta_bytes": used_after - used_before,
             "used_memory_per_decision": (used_after - used_before) / decisions,
             "features_hashes": hashes, "features_bytes_per_decision": features_bytes / pending,
-            "model_bytes": model_bytes, "campaign_keys": len(fixed), "campaign_keys_bytes": fixed_bytes,
+            "model_bytes": model_bytes, "decided_bytes": decided_bytes,
+            "campaign_keys": len(fixed), "campaign_keys_bytes": fixed_bytes,
         }  # fmt: skip
     finally:
         for key in [key async for key in store.client.scan_iter(match=f"{prefix}:*", count=10_000)]:
@@ -178,7 +181,8 @@ def main() -> None:
             f"read {row['snapshot_ms_start']:.2f} ms before, {row['snapshot_ms_full']:.2f} ms at the end. Memory: "
             f"used_memory +{used / 2**20:,.1f} MiB = {used / args.decisions:.0f} bytes a decision; the "
             f"{row['features_hashes']} features hashes {row['features_bytes_per_decision']:.0f} bytes a decision; "
-            f"the model hash {row['model_bytes']:,} bytes, the campaign's {row['campaign_keys']} keys but the "
+            f"the model hash {row['model_bytes']:,} bytes and its decided string {row['decided_bytes']:,}, the "
+            f"campaign's {row['campaign_keys']} keys but the "
             f"features (model included) {row['campaign_keys_bytes']:,} bytes"
         )
     RESULTS.mkdir(exist_ok=True)
