@@ -146,7 +146,7 @@ class LinearSums:
 
 def batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
     """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what a worker adds
-    to the sums it holds, and a fold of the ``decided`` string to the stored ones (store/redis.py)."""
+    to the sums it holds for its own decisions."""
     rows: dict[int, list[np.ndarray]] = {}
     for block, features in added:
         rows.setdefault(block, []).append(features)

@@ -59,7 +59,6 @@ from latebandit.store.base import (
     StateUnreadable,
     StateVersion,
     StoreUnavailable,
-    batch_grams,
 )
 from latebandit.store.keys import Keys
 from latebandit.store.schedule import (
@@ -228,7 +227,8 @@ def decided_grams(decided: bytes, blocks: int, d: int) -> dict[int, np.ndarray]:
     block = entries[:, 0].astype(np.int64)
     if not ((block == entries[:, 0]) & (block >= 0) & (block < blocks)).all():
         raise ValueError("a decided entry names no block of the campaign")
-    return batch_grams(zip(block.tolist(), entries[:, 1:], strict=True))
+    features = entries[:, 1:]
+    return {int(k): (rows := features[block == k]).T @ rows for k in np.unique(block)}
 
 
 def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
