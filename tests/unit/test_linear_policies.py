@@ -1,6 +1,7 @@
 """The delayed linear bandit policies (Vernade et al. 2020) against the spec's hand-computed oracle, against a
 slow reference written here from the spec (plain Python loops per run over the decision history, one
-linear solve per norm: nothing shared with the policies' code), and their properties."""
+linear solve per norm: nothing shared with the policies' code), and their properties; the prepared models
+(ContextualPolicy.prepare) against the policies' stats-based calls and the slow reference."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from latebandit.policies import make_policy
-from latebandit.policies.linear import FRESH_EVERY, LinearStats, Ridge, make_contextual_policy
+from latebandit.policies.linear import (
+    FRESH_EVERY,
+    ContextualPolicy,
+    LinearChoice,
+    LinearStats,
+    PreparedIndex,
+    PreparedModel,
+    Ridge,
+    make_contextual_policy,
+)
 from latebandit.store.base import LinearSums
 
 E1, E2, MIX = [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]
@@ -392,3 +402,145 @@ def test_the_disjoint_thompson_propensity_estimates_how_often_each_arm_wins() ->
         won = [choice for choice in draws if choice.action[0] == arm]
         if won:
             assert won[0].propensity[0] == pytest.approx(len(won) / len(draws), abs=0.05)
+
+
+# --- prepared models ---------------------------------------------------------------------------------------------
+
+SERVED = [
+    *(("otf-linucb", {"correction": form}) for form in ("frozen", "released", "none")),
+    *(("linucb", {"form": form}) for form in ("paper", "released")),
+    *(("otf-lints", {"form": form, "propensity_samples": 200}) for form in ("normalised", "released")),
+]
+
+
+def random_stats(rng: np.random.Generator, blocks: int, d: int) -> LinearStats:
+    """Sums of random histories of at most unit-norm vectors, a random share converted, a random window."""
+    gram, reward, decisions, count, footprint = [], [], [], [], []
+    for _ in range(blocks):
+        n = int(rng.integers(0, 12))
+        played = rng.normal(size=(n, d)) / math.sqrt(d)
+        gram.append(played.T @ played)
+        reward.append(played[rng.random(n) < 0.4].sum(axis=0))
+        decisions.append(float(n))
+        count.append(float(rng.integers(0, n + 1)))
+        footprint.append(count[-1] * rng.uniform(0.0, 0.8))
+    return LinearStats(np.array(gram), np.array(reward), *(np.array(part) for part in (decisions, count, footprint)))
+
+
+def vectors(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    drawn = rng.normal(size=shape)
+    return drawn / np.maximum(1.0, np.linalg.norm(drawn, axis=-1, keepdims=True))
+
+
+def assert_same_choice(got: LinearChoice, expected: LinearChoice) -> None:
+    np.testing.assert_array_equal(got.action, expected.action)
+    np.testing.assert_array_equal(got.propensity, expected.propensity)
+    np.testing.assert_array_equal(got.footprint, expected.footprint)
+
+
+def separated(index: np.ndarray) -> bool:
+    """Whether each row's best index beats the next by far more than rounding (the argmax cannot flip)."""
+    top = np.sort(index, axis=1)[:, ::-1]
+    return index.shape[1] == 1 or bool((top[:, 0] - top[:, 1] > 1e-7 * (1.0 + np.abs(top[:, 0]))).all())
+
+
+def decision(decider: ContextualPolicy | PreparedModel, stats: LinearStats | None, offer: np.ndarray,
+             rng: np.random.Generator) -> LinearChoice:  # fmt: skip
+    """A policy's call on ``stats`` (a prepared model's: stats None): choose_arm for a context (d,), choose for
+    actions (1, K, d)."""
+    if isinstance(decider, PreparedModel):
+        return decider.choose_arm(offer, rng) if offer.ndim == 1 else decider.choose(offer, rng)
+    return decider.choose_arm(stats, offer, rng) if offer.ndim == 1 else decider.choose(stats, offer, rng)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    served=st.sampled_from(SERVED),
+    seed=st.integers(0, 2**32 - 1),
+    d=st.integers(1, 5),
+    offered=st.integers(1, 6),
+    blocks=st.integers(1, 4),
+    alpha=st.sampled_from([1.0, 0.3]),
+    ridge=st.sampled_from([1.0, 0.25]),
+)
+def test_a_prepared_model_decides_as_the_policy_does_on_its_stats(
+    served: tuple[str, dict], seed: int, d: int, offered: int, blocks: int, alpha: float, ridge: float
+) -> None:
+    """prepare(stats).choose and .choose_arm give the policy's own choice on the stats (action, propensity,
+    footprint) and draw as many numbers; prepare(stats).with_decision(...) decides as the policy does on
+    stats.with_decision(...): the same indices to 1e-9, so the same action where no two are that close."""
+    name, form = served
+    params = {**form, **({"sigma0": math.sqrt(ridge)} if name == "otf-lints" else {"alpha": alpha, "lam": ridge})}
+    policy, rng = make_contextual_policy(name, params), np.random.default_rng(seed)
+    one, arms = random_stats(rng, 1, d), random_stats(rng, blocks, d)
+    actions, context = vectors(rng, (1, offered, d)), vectors(rng, (d,))
+    block, features, footprint = int(rng.integers(blocks)), vectors(rng, (d,)), float(rng.uniform(0.0, 1.0))
+    for stats, offer, added in ((one, actions, 0), (arms, context, block)):
+        prepared = policy.prepare(stats)
+        ours, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert_same_choice(decision(prepared, None, offer, ours), decision(policy, stats, offer, theirs))
+        assert ours.random() == theirs.random()  # as many draws
+
+        later = prepared.with_decision(added, features, footprint)
+        expected = stats.with_decision(added, features, footprint)
+        got = decision(later, None, offer, np.random.default_rng(seed))
+        wanted = decision(policy, expected, offer, np.random.default_rng(seed))
+        if isinstance(later, PreparedIndex):  # the optimistic indices, every block's for a context
+            probe = np.broadcast_to(offer, (blocks, 1, d)) if offer.ndim == 1 else offer
+            reference = policy.index(expected, probe)  # type: ignore[attr-defined]
+            np.testing.assert_allclose(later.index(probe), reference, rtol=1e-9, atol=1e-12)
+            if not separated(reference.T if offer.ndim == 1 else reference):
+                continue  # rounding may pick another of the best
+        np.testing.assert_array_equal(got.action, wanted.action)
+        np.testing.assert_allclose(got.propensity, wanted.propensity, rtol=1e-12)
+        np.testing.assert_allclose(got.footprint, wanted.footprint, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    history=st.lists(st.tuples(unit, st.booleans()), min_size=0, max_size=6),
+    group=st.lists(st.lists(unit, min_size=1, max_size=4), min_size=1, max_size=5),
+    served=st.sampled_from([("linucb", "paper"), ("linucb", "released"),
+                            *(("otf-linucb", form) for form in ("frozen", "released", "none"))]),
+)  # fmt: skip
+def test_a_group_chosen_in_turn_scores_as_the_slow_reference(
+    history: list[tuple[list[float], bool]], group: list[list[list[float]]], served: tuple[str, str]
+) -> None:
+    """The decisions of a group chosen in turn from one prepared model, each with_decision of the one before:
+    every index equals the slow reference's over the history extended by the group's earlier choices (their
+    conversions pending, a window holding them all), and the choice is its argmax."""
+    name, form = served
+    params = {"form" if name == "linucb" else "correction": form}
+    played, converted, window = [list(a) for a, _ in history], [y for _, y in history], 64
+    stats = build_stats(name, params, [played], [converted], window) if played else LinearStats.empty(1, 3)
+    model = make_contextual_policy(name, params).prepare(stats)
+    rng = np.random.default_rng(0)
+    for offer in group:
+        expected = [ref_index(name, form, played, converted, window, action) for action in offer]
+        assert isinstance(model, PreparedIndex)
+        np.testing.assert_allclose(model.index(np.array([offer]))[0], expected, rtol=1e-9, atol=1e-9)
+        choice = model.choose(np.array([offer]), rng)
+        chosen = int(choice.action[0])
+        assert expected[chosen] == pytest.approx(max(expected), rel=1e-9, abs=1e-9)
+        model = model.with_decision(0, np.array(offer[chosen]), float(choice.footprint[0]))
+        played, converted = [*played, offer[chosen]], [*converted, False]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), served=st.sampled_from(SERVED[:5]), ties=st.booleans())
+def test_a_batch_of_runs_chooses_as_each_run_alone(seed: int, served: tuple[str, dict], ties: bool) -> None:
+    """R runs in one call (the simulator's) choose what R one-run calls (the service's, whose ties are found on
+    Python floats) choose from the same generator, ties included: the same actions, propensities, draws."""
+    name, params = served
+    policy, rng = make_contextual_policy(name, params), np.random.default_rng(seed)
+    runs = [random_stats(rng, 1, 3) for _ in range(4)]
+    actions = vectors(rng, (4, 5, 3))
+    if ties:
+        actions[:, 3] = actions[:, 1]  # the same action twice: a tie of (at least) two
+    batch, alone = np.random.default_rng(seed), np.random.default_rng(seed)
+    together = policy.choose(stacked(runs), actions, batch)
+    for r, stats in enumerate(runs):
+        choice = policy.choose(stats, actions[r : r + 1], alone)
+        assert (choice.action[0], choice.propensity[0]) == (together.action[r], together.propensity[r])
+        assert choice.footprint[0] == pytest.approx(together.footprint[r], rel=1e-12)
+    assert batch.random() == alone.random()

@@ -9,8 +9,11 @@ for every campaign plus the model's sums:
   pulls);
 - the window, per block: the decisions inside it (the histogram's cells younger than the window, as Ñ reads
   them) and the sum of their footprints (each decision's number frozen when it was made, kept per cell).
-Decisions grouped into one store call are chosen in turn, each seeing the ones before it (a deterministic
-index on identical contexts would otherwise pick one arm for the whole group).
+The policy decides from its model of those stats (policies/linear.py ``PreparedModel``: for an index, θ̂,
+V⁻¹ and the width's coefficient per block), prepared once per state version and kept (``PreparedModels``),
+so that a request computes only its own actions' products. Decisions grouped into one store call are chosen
+in turn, each seeing the ones before it (``with_decision``: a deterministic index on identical contexts
+would otherwise pick one arm for the whole group).
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.policies.linear import LinearStats
-from latebandit.store.base import LinearSums, StateSnapshot
+from latebandit.policies.linear import LinearStats, PreparedModel
+from latebandit.store.base import LinearSums, StateSnapshot, StateVersion
 
 MAX_ACTIONS = 1_000
 
@@ -130,21 +133,59 @@ def matured_cells(campaign: Campaign, state: StateSnapshot, now: int) -> np.ndar
     return (state.histogram.bucket + 1) * campaign.bucket_width_us <= now - campaign.window_us
 
 
+class PreparedModels:
+    """A worker's prepared models of its contextual campaigns (policies/linear.py ``PreparedModel``): one per
+    campaign, kept with the StateVersion of the snapshot it was prepared from, so that every request at that
+    version decides from it, computing only its own actions' products. A model is prepared by the first
+    request of a histogram read (which folds the read's matured cells) or, once a decision is answered, for
+    the snapshot the worker then holds (``prepare_next``). Its window (which cells are inside it) is as of
+    that moment, at most ``snapshot_interval`` old, as an arm campaign's Ñ is (engine/choosing.py)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[StateVersion, PreparedModel]] = {}
+
+    def kept(self, campaign_id: str, version: StateVersion | None) -> PreparedModel | None:
+        """The model kept for ``version`` of the campaign's statistics; None if none (or unversioned)."""
+        kept = self._kept.get(campaign_id)
+        return kept[1] if kept is not None and version is not None and kept[0] == version else None
+
+    def prepare(self, campaign: Campaign, state: StateSnapshot, now: int) -> PreparedModel:
+        """The model of ``state`` at ``now``, kept if the state is versioned."""
+        model = campaign.contextual_policy.prepare(linear_stats(campaign, state, now))
+        if state.version is not None:
+            self._kept[campaign.id] = (state.version, model)
+        return model
+
+    def prepare_next(self, campaign: Campaign, state: StateSnapshot | None, now: int) -> None:
+        """The model of ``state``, the snapshot the worker holds (no I/O), made ready for the next request:
+        only where the kept one is of another version of the same histogram read, whose matured cells were
+        folded and gauges published when its first request prepared it (a new read waits for its request)."""
+        kept = self._kept.get(campaign.id)
+        if state is None or state.version is None or kept is None or kept[0] == state.version:
+            return
+        if (kept[0].policy, kept[0].read) == (state.version.policy, state.version.read):
+            self.prepare(campaign, state, now)
+
+    def forget(self, campaign_id: str) -> None:
+        """Drop the model of a campaign that decides no more (archived)."""
+        self._kept.pop(campaign_id, None)
+
+
 def choose_offers(
-    campaign: Campaign, stats: LinearStats, offers: list[Offer], rng: np.random.Generator
+    campaign: Campaign, model: PreparedModel, offers: list[Offer], rng: np.random.Generator
 ) -> list[ContextualChoice]:
-    """The decisions of ``offers`` in turn, each chosen from ``stats`` plus the decisions before it."""
-    policy, chosen = campaign.contextual_policy, list[ContextualChoice]()
+    """The decisions of ``offers`` in turn, each chosen from ``model`` plus the decisions before it."""
+    chosen = list[ContextualChoice]()
     for number, offer in enumerate(offers):
         if number:  # each decision seen by the next (the last one's by the next read, or the store's own sums)
             previous = chosen[-1]
-            stats = stats.with_decision(previous.block, previous.features, previous.footprint)
+            model = model.with_decision(previous.block, previous.features, previous.footprint)
         if offer.labels is None:
-            choice = policy.choose_arm(stats, offer.vectors[0], rng)
+            choice = model.choose_arm(offer.vectors[0], rng)
             block = int(choice.action[0])
             label, features = campaign.arms[block], offer.vectors[0]
         else:
-            choice = policy.choose(stats, offer.vectors[None], rng)
+            choice = model.choose(offer.vectors[None], rng)
             action = int(choice.action[0])
             block, label, features = 0, offer.labels[action], offer.vectors[action]
         footprint = float(choice.footprint[0])

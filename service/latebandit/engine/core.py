@@ -28,10 +28,10 @@ from latebandit.engine.contextual import (
     ContextualChoice,
     Offer,
     OfferInvalid,
+    PreparedModels,
     choose_offers,
     decision_fields,
     fallback_choice,
-    linear_stats,
     matured_cells,
     model_state,
 )
@@ -122,6 +122,7 @@ class DecisionEngine:
         self._claims = GroupCommit(self._claim_together, GROUP_LIMIT)
         self._unreadable_reported: dict[str, int] = {}  # per campaign, when its unreadable state was last logged
         self._model_published: dict[str, tuple[int, int]] = {}  # per contextual campaign, the (policy, read) shown
+        self._models = PreparedModels()  # per contextual campaign, its policy's model at a state version
 
     # campaigns ------------------------------------------------------------------------------------
 
@@ -165,6 +166,7 @@ class DecisionEngine:
         await self._durable()
         self.campaigns.remember(archived)  # its metric series are removed there (metrics.publish_campaign)
         self.chooser.forget(campaign_id)
+        self._models.forget(campaign_id)
         self._model_published.pop(campaign_id, None)
         return archived
 
@@ -317,22 +319,26 @@ class DecisionEngine:
                 for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
             ]
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
-        if len(requests) == 1 and results[0].status in ANSWERED and not campaign.contextual:
+        if len(requests) == 1 and results[0].status in ANSWERED:
             asyncio.get_running_loop().call_soon(self._answered, key, campaign)  # after the answer is sent
         return results
 
     async def _contextual_pulls(
         self, campaign: Campaign, state: StateSnapshot, now: int, requests: list[DecisionRequest]
     ) -> list[Pull]:
-        """A contextual campaign's decisions of one group, each chosen among its own offer; the cells that left
-        the window are folded away (the next read no longer carries them)."""
-        matured = matured_cells(campaign, state, now)
-        if matured.any():
-            hist = state.histogram
-            await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
-        self._publish_model(campaign, state, now)
+        """A contextual campaign's decisions of one group, each chosen among its own offer from the policy's
+        model of ``state``: the one kept for its version, else prepared now, when the cells that left the
+        window are folded away (the next read no longer carries them) and the read's gauges published."""
+        model = self._models.kept(campaign.id, state.version)
+        if model is None:
+            matured = matured_cells(campaign, state, now)
+            if matured.any():
+                hist = state.histogram
+                await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
+            self._publish_model(campaign, state, now)
+            model = self._models.prepare(campaign, state, now)
         offers = [offer for _, _, offer in requests if offer is not None]  # all: _fitting checked each request
-        chosen = choose_offers(campaign, linear_stats(campaign, state, now), offers, self.rng)
+        chosen = choose_offers(campaign, model, offers, self.rng)
         return [
             self._pull(campaign, choice.block, choice.propensity, now, request_id, contextual=(offer, choice))
             for (_, request_id, _), offer, choice in zip(requests, offers, chosen, strict=True)
@@ -350,9 +356,15 @@ class DecisionEngine:
             metrics.publish_model(campaign.id, model_state(campaign, state, now))
 
     def _answered(self, key: tuple[str, int, int], campaign: Campaign) -> None:
-        """Not while a decision of the campaign is queued or being recorded: the statistics held lack its pull,
-        so what they would make ready could not serve the next request (that decision's answer prepares it)."""
-        if not self._decisions.busy(key):
+        """The next decision made ready from the statistics held now: an arm campaign's next choice, a contextual
+        campaign's prepared model. Not while a decision of the campaign is queued or being recorded: the
+        statistics held lack its pull, so what they would make ready could not serve the next request (that
+        decision's answer prepares it)."""
+        if self._decisions.busy(key):
+            return
+        if campaign.contextual:
+            self._models.prepare_next(campaign, self.store.held(campaign, self.options.snapshot_interval), self.clock())
+        else:
             self.chooser.prepare_next(campaign)
 
     async def _claim_together(

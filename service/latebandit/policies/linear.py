@@ -14,6 +14,10 @@ What is kept, as sums that commute (so replicas, replays and Redis can add them 
   the ``cs`` correction; the ``exact`` correction needs the window's vectors themselves (simulator only);
 - per decision, until it leaves the window: its features A (d floats, what its conversion adds to b) and
   its footprint (the number ``choose`` returns; what it adds to the window sum, removed when it leaves).
+
+What a decision needs from those sums and not from its actions can be computed ahead (``prepare``: θ̂, V⁻¹
+and an index's width coefficient, PreparedIndex), once for every decision at the same sums: the service
+keeps it per state version, so that a decision computes only its own actions' products.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.policies.base import Array, Param, _best, uniform_among
+from latebandit.policies.base import TIE_RTOL, Array, Param, uniform_among
 
 # Rank-one updates an inverse takes (Inverses.with_decisions) before it is inverted afresh: each adds rounding of
 # order d·ε, so that an updated V⁻¹ still scores as a fresh one does to about 1e-12.
@@ -191,6 +195,25 @@ def _on_every_block(stats: LinearStats, context: Array) -> Array:
     return np.broadcast_to(context, (len(stats.decisions), 1, context.size))
 
 
+def _argmax(values: Array, rng: np.random.Generator) -> tuple[Array, Array]:
+    """(R,) each row's argmax, ties (within TIE_RTOL of the best) broken at random, and (R,) its chance, 1/#ties:
+    the choice ``uniform_among`` makes among ``_best``'s candidates, from the same R·K uniforms, without the
+    (R, K) probabilities that a linear choice does not report. One run (a service decision) is compared on
+    Python floats, the same IEEE operations at a third of the cost of NumPy's on a few numbers; a row with a
+    nan (whose Python max would depend on its order) takes the array path."""
+    keys = rng.random(values.shape)
+    if len(values) == 1 and not math.isnan(sum(row := values[0].tolist())):
+        top = max(row)
+        floor = top - TIE_RTOL * abs(top)
+        ties = [k for k, value in enumerate(row) if value >= floor]
+        if ties:
+            drawn = keys[0].tolist()
+            return np.array([max(ties, key=drawn.__getitem__)]), np.array([1.0 / len(ties)])
+    top = values.max(axis=1, keepdims=True)
+    ties = values >= top - TIE_RTOL * np.abs(top)
+    return np.where(ties, keys, -1.0).argmax(axis=1), 1.0 / ties.sum(axis=1)
+
+
 def _chosen(values: Array, action: Array) -> Array:
     return values[np.arange(action.size), action]
 
@@ -255,6 +278,11 @@ class ContextualPolicy(ABC):
         every arm's features; the chosen action is an arm index (shape (1,)), its footprint the one its block's
         window adds."""
 
+    def prepare(self, stats: LinearStats) -> PreparedModel:
+        """What a decision at ``stats`` needs, computed once for every decision at them (PreparedModel); this
+        default keeps the stats whole and calls the policy on them."""
+        return PreparedStats(self, stats)
+
     def estimate(self, stats: LinearStats, actions: Array) -> Array:
         """(R, K) θ̂ᵀa, the within-window conversion rate of each action, as of now."""
         return Ridge.of(stats, self.ridge()).estimate(np.asarray(actions, dtype=np.float64))
@@ -278,35 +306,62 @@ class LinUCBFamily(ContextualPolicy):
     def ridge(self) -> float:
         return float(self._params["lam"])
 
-    @abstractmethod
-    def width(self, stats: LinearStats, ridge: Ridge, leverage: Array) -> Array:
-        """(R, K) the exploration bonus added to θ̂ᵀa, from each action's leverage aᵀV⁻¹a."""
+    @property
+    def on_leverage(self) -> bool:
+        """Whether the width is linear in aᵀV⁻¹a (the authors' released forms) rather than in ‖a‖_{V⁻¹}."""
+        return False
+
+    def released_offset(self) -> float:
+        """What the released forms add to β_t under the square root (the authors' two codes differ)."""
+        return math.sqrt(self.ridge())
+
+    def confidence(self, decisions: Array, d: int) -> Array:
+        """(R,) the width's coefficient before the window term and α: 2f_{t,δ}, or the released sqrt(β_t + …)."""
+        lam, delta = self._params["lam"], self._params["delta"]
+        if self.on_leverage:
+            return np.sqrt(released_beta(decisions, d, lam, delta) + self.released_offset())
+        return 2.0 * radius(decisions, d, lam, delta)
+
+    def window_sum(self, stats: LinearStats, ridge: Ridge) -> Array:
+        """(R,) S_t, the window term of the width (read from the window's footprint sum unless overridden)."""
+        return self.footprint_sum(stats.window_footprint)
+
+    def footprint_sum(self, window_footprint: Array) -> Array:
+        """(R,) S_t from the window's footprint sum alone: 0 for a delay-naive index."""
+        return np.zeros(np.shape(window_footprint))
+
+    def coefficient(self, decisions: Array, d: int, window_sum: Array) -> Array:
+        """(R,) c = α·(confidence + S_t): the width of an action is c·‖a‖_{V⁻¹}, or c·aᵀV⁻¹a ``on_leverage``.
+        It does not depend on the actions, so a prepared model computes it once (PreparedIndex)."""
+        return self._params["alpha"] * (self.confidence(decisions, d) + window_sum)
+
+    def width(self, coefficient: Array, leverage: Array) -> Array:
+        """(R, K) the exploration bonus added to θ̂ᵀa, from the (R,) coefficient and each action's aᵀV⁻¹a."""
+        return coefficient[:, None] * (leverage if self.on_leverage else np.sqrt(leverage))
 
     def footprint(self, leverage: Array) -> Array:
         """(R,) the chosen action's window number, from its leverage q = aᵀV⁻¹a before it enters V."""
         return np.zeros(leverage.shape)
 
+    @property
+    def reads_window_vectors(self) -> bool:
+        """Whether S_t reads the window's vectors (their Σ AAᵀ or themselves) beside V: not servable."""
+        return self.needs_window_gram or self.needs_window_actions
+
+    def prepare(self, stats: LinearStats) -> PreparedModel:
+        """θ̂, V⁻¹ and the width's coefficient (PreparedIndex); the stats kept whole where S_t reads the
+        window's vectors, which a decision added to a prepared model would not carry."""
+        return PreparedStats(self, stats) if self.reads_window_vectors else PreparedIndex.of(self, stats)
+
     def index(self, stats: LinearStats, actions: Array) -> Array:
         """(R, K) θ̂ᵀa + the width."""
-        actions = np.asarray(actions, dtype=np.float64)
-        ridge = Ridge.of(stats, self.ridge())
-        return ridge.estimate(actions) + self.width(stats, ridge, ridge.leverage(actions))
+        return PreparedIndex.of(self, stats).index(actions)
 
     def choose(self, stats: LinearStats, actions: Array, rng: np.random.Generator) -> LinearChoice:
-        actions = np.asarray(actions, dtype=np.float64)
-        ridge = Ridge.of(stats, self.ridge())
-        leverage = ridge.leverage(actions)
-        index = ridge.estimate(actions) + self.width(stats, ridge, leverage)
-        picked = uniform_among(_best(index, np.zeros(index.shape, dtype=bool)), rng)
-        return LinearChoice(picked.arm, picked.propensity, self.footprint(_chosen(leverage, picked.arm)))
+        return PreparedIndex.of(self, stats).choose(actions, rng)
 
     def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
-        actions = _on_every_block(stats, context)
-        ridge = Ridge.of(stats, self.ridge())
-        leverage = ridge.leverage(actions)[:, 0]
-        index = ridge.estimate(actions)[:, 0] + self.width(stats, ridge, leverage[:, None])[:, 0]
-        picked = uniform_among(_best(index[None, :], np.zeros((1, index.size), dtype=bool)), rng)
-        return LinearChoice(picked.arm, picked.propensity, self.footprint(leverage[picked.arm]))
+        return PreparedIndex.of(self, stats).choose_arm(context, rng)
 
     def policy_state(self, stats: LinearStats) -> dict[str, Any]:
         """Adds f_{t,δ}, the radius every width starts from."""
@@ -332,12 +387,9 @@ class LinUCB(LinUCBFamily):
     name: ClassVar[str] = "linucb"
     OPTIONS: ClassVar[Mapping[str, tuple[str, ...]]] = {"form": ("paper", "released")}
 
-    def width(self, stats: LinearStats, ridge: Ridge, leverage: Array) -> Array:
-        lam, delta, alpha = self._params["lam"], self._params["delta"], self._params["alpha"]
-        if self._params["form"] == "released":
-            scale = np.sqrt(released_beta(stats.decisions, stats.d, lam, delta) + math.sqrt(lam))
-            return alpha * scale[:, None] * leverage
-        return alpha * 2.0 * radius(stats.decisions, stats.d, lam, delta)[:, None] * np.sqrt(leverage)
+    @property
+    def on_leverage(self) -> bool:
+        return self._params["form"] == "released"
 
 
 class OTFLinUCB(LinUCBFamily):
@@ -374,11 +426,16 @@ class OTFLinUCB(LinUCBFamily):
     def needs_window_actions(self) -> bool:
         return self._params["correction"] == "exact"
 
+    @property
+    def on_leverage(self) -> bool:
+        return self._params["correction"] == "released"
+
+    def released_offset(self) -> float:
+        return self.ridge()
+
     def window_sum(self, stats: LinearStats, ridge: Ridge) -> Array:
         """(R,) S_t in the configured form (the released form's Σq for ``released``)."""
         correction = self._params["correction"]
-        if correction in ("frozen", "released"):
-            return np.asarray(stats.window_footprint, dtype=np.float64)
         if correction == "exact":
             if stats.window_actions is None:
                 raise ValueError("correction 'exact' needs the window's actions (LinearStats.window_actions)")
@@ -388,16 +445,14 @@ class OTFLinUCB(LinUCBFamily):
                 raise ValueError("correction 'cs' needs the window's Σ AAᵀ (LinearStats.window_gram)")
             trace = np.einsum("rde,red->r", ridge.inverse, np.asarray(stats.window_gram, dtype=np.float64))
             return np.sqrt(np.asarray(stats.window_count, dtype=np.float64) * np.maximum(trace, 0.0))
-        return np.zeros(np.shape(stats.decisions))
+        return self.footprint_sum(stats.window_footprint)
 
-    def width(self, stats: LinearStats, ridge: Ridge, leverage: Array) -> Array:
-        lam, delta, alpha = self._params["lam"], self._params["delta"], self._params["alpha"]
-        s = self.window_sum(stats, ridge)
-        if self._params["correction"] == "released":
-            scale = np.sqrt(released_beta(stats.decisions, stats.d, lam, delta) + lam) + s
-            return alpha * scale[:, None] * leverage
-        f = radius(stats.decisions, stats.d, lam, delta)
-        return alpha * (2.0 * f + s)[:, None] * np.sqrt(leverage)
+    def footprint_sum(self, window_footprint: Array) -> Array:
+        """The frozen and released forms' S_t is the footprint sum itself; ``none``'s 0 (``exact`` and ``cs``
+        read the window's vectors instead: ``window_sum``)."""
+        if self._params["correction"] in ("frozen", "released"):
+            return np.asarray(window_footprint, dtype=np.float64)
+        return super().footprint_sum(window_footprint)
 
     def footprint(self, leverage: Array) -> Array:
         """n_s = ‖A‖_{V_{s+1}⁻¹} = sqrt(q/(1+q)) by Sherman–Morrison (frozen); q itself for ``released``."""
@@ -447,6 +502,12 @@ class OTFLinTS(ContextualPolicy):
     def ridge(self) -> float:
         return float(self._params["sigma0"]) ** 2
 
+    def prepare(self, stats: LinearStats) -> PreparedModel:
+        """The stats kept whole, V⁻¹'s Cholesky factor computed now (memoised beside the gram): the draw and
+        the propensity need it, and a decision prepared ahead of its request need not wait for it."""
+        stats.inverses.factor(stats.gram, self.ridge())
+        return PreparedStats(self, stats)
+
     def inflation(self, stats: LinearStats) -> Array:
         """(R,) c_t = σ0 + the window's footprints."""
         return self._params["sigma0"] + np.asarray(stats.window_footprint, dtype=np.float64)
@@ -464,7 +525,7 @@ class OTFLinTS(ContextualPolicy):
         """(R,) the actions of one posterior draw, and their footprints."""
         actions = np.asarray(actions, dtype=np.float64)
         ridge, c, scores = self._sample(stats, actions, rng)
-        action = uniform_among(_best(scores, np.zeros(scores.shape, dtype=bool)), rng).arm
+        action, _ = _argmax(scores, rng)
         leverage = _chosen(ridge.leverage(actions), action)
         footprint = leverage / (1.0 + leverage)  # ‖A‖²_{V_{s+1}⁻¹} by Sherman–Morrison
         return action, footprint / c if self._params["form"] == "released" else footprint
@@ -483,7 +544,7 @@ class OTFLinTS(ContextualPolicy):
         ``propensity_samples`` draws of those K normals (seeded by them, as ``propensity`` is)."""
         actions = _on_every_block(stats, context)
         ridge, c, scores = self._sample(stats, actions, rng)
-        arm = uniform_among(_best(scores[:, 0][None, :], np.zeros((1, len(c)), dtype=bool)), rng).arm
+        arm, _ = _argmax(scores[:, 0][None, :], rng)
         leverage = ridge.leverage(actions)[:, 0]
         mean, spread = ridge.estimate(actions)[:, 0], np.sqrt(c * leverage)
         digest = hashlib.blake2b(np.concatenate([mean, spread]).tobytes(), digest_size=16).digest()
@@ -545,6 +606,106 @@ class UniformActions(ContextualPolicy):
     def choose_arm(self, stats: LinearStats, context: Array, rng: np.random.Generator) -> LinearChoice:
         picked = uniform_among(np.ones((1, len(stats.decisions)), dtype=bool), rng)
         return LinearChoice(picked.arm, picked.propensity, np.zeros(1))
+
+
+class PreparedModel(ABC):
+    """What a contextual policy decides from at one LinearStats, everything that does not depend on the
+    request's actions computed ahead (``ContextualPolicy.prepare``): the service keeps one per campaign and
+    state version, so that a decision costs its actions' few products (engine/contextual.py). Its calls give
+    what the policy's own give on those stats, drawing the same numbers from ``rng``."""
+
+    @abstractmethod
+    def choose(self, actions: Array, rng: np.random.Generator) -> LinearChoice:
+        """``policy.choose(stats, actions, rng)``: the action of each run among ``actions`` (R, K, d)."""
+
+    @abstractmethod
+    def choose_arm(self, context: Array, rng: np.random.Generator) -> LinearChoice:
+        """``policy.choose_arm(stats, context, rng)``: the arm (block) for ``context`` (d,)."""
+
+    @abstractmethod
+    def with_decision(self, block: int, features: Array, footprint: float) -> PreparedModel:
+        """The model prepared from ``stats.with_decision(block, features, footprint)``: the next decision of a
+        group sees the ones before it."""
+
+
+@dataclass(frozen=True)
+class PreparedStats(PreparedModel):
+    """The stats kept whole and the policy called on them: Thompson sampling (its draw and propensity read V⁻¹
+    and its Cholesky factor, both memoised beside the gram), the corrections that read the window's vectors,
+    the uniform policy."""
+
+    policy: ContextualPolicy
+    stats: LinearStats
+
+    def choose(self, actions: Array, rng: np.random.Generator) -> LinearChoice:
+        return self.policy.choose(self.stats, actions, rng)
+
+    def choose_arm(self, context: Array, rng: np.random.Generator) -> LinearChoice:
+        return self.policy.choose_arm(self.stats, context, rng)
+
+    def with_decision(self, block: int, features: Array, footprint: float) -> PreparedStats:
+        return PreparedStats(self.policy, self.stats.with_decision(block, features, footprint))
+
+
+@dataclass(frozen=True)
+class PreparedIndex(PreparedModel):
+    """An optimistic index's decision state: per block θ̂ and V⁻¹ (Ridge) and the width's coefficient c
+    (LinUCBFamily.coefficient), so that an index is θ̂ᵀa + c·‖a‖_{V⁻¹} (c·aᵀV⁻¹a on leverage) and a decision
+    computes only its actions' products. The decision count and the window's footprint sum, which c is
+    computed from, are kept to recompute it as decisions are added. The stats-based calls of LinUCBFamily go
+    through it too: one formula, whether prepared ahead or at the call."""
+
+    policy: LinUCBFamily
+    ridge: Ridge
+    decisions: np.ndarray  # (R,) the stats' decision count
+    window_footprint: np.ndarray  # (R,) their window's footprint sum
+    coefficient: np.ndarray  # (R,) c
+
+    @classmethod
+    def of(cls, policy: LinUCBFamily, stats: LinearStats) -> PreparedIndex:
+        ridge = Ridge.of(stats, policy.ridge())
+        coefficient = policy.coefficient(stats.decisions, stats.d, policy.window_sum(stats, ridge))
+        decisions = np.asarray(stats.decisions, dtype=np.float64)
+        return cls(policy, ridge, decisions, np.asarray(stats.window_footprint, dtype=np.float64), coefficient)
+
+    def index(self, actions: Array) -> Array:
+        """(R, K) θ̂ᵀa + the width of ``actions`` (R, K, d)."""
+        actions = np.asarray(actions, dtype=np.float64)
+        return self.ridge.estimate(actions) + self.policy.width(self.coefficient, self.ridge.leverage(actions))
+
+    def choose(self, actions: Array, rng: np.random.Generator) -> LinearChoice:
+        """The argmax of the index, ties at random (R·K uniforms)."""
+        actions = np.asarray(actions, dtype=np.float64)
+        leverage = self.ridge.leverage(actions)
+        action, propensity = _argmax(self.ridge.estimate(actions) + self.policy.width(self.coefficient, leverage), rng)
+        return LinearChoice(action, propensity, self.policy.footprint(_chosen(leverage, action)))
+
+    def choose_arm(self, context: Array, rng: np.random.Generator) -> LinearChoice:
+        """The context scored in every block: each arm's index with its own θ̂, V⁻¹ and c."""
+        x = np.asarray(context, dtype=np.float64)
+        leverage = np.maximum(np.matmul(self.ridge.inverse, x) @ x, 0.0)
+        index = self.ridge.theta @ x + self.policy.width(self.coefficient, leverage[:, None])[:, 0]
+        arm, propensity = _argmax(index[None, :], rng)
+        return LinearChoice(arm, propensity, self.policy.footprint(leverage[arm]))
+
+    def with_decision(self, block: int, features: Array, footprint: float) -> PreparedIndex:
+        """Sherman–Morrison on the block's V⁻¹ and θ̂ (u = V⁻¹a: V⁻¹ − uuᵀ/(1 + aᵀu), θ̂ − u·aᵀθ̂/(1 + aᵀu),
+        the same b), O(d²); its decision count and footprint sum grow, and c is recomputed from them."""
+        if self.policy.reads_window_vectors:
+            raise ValueError("a correction that reads the window's vectors is prepared from its stats (PreparedStats)")
+        a = np.asarray(features, dtype=np.float64)
+        inverse, theta = self.ridge.inverse.copy(), self.ridge.theta.copy()
+        u = inverse[block] @ a
+        scale = 1.0 + float(a @ u)
+        update = u[:, None] * u  # uuᵀ, symmetric to the last bit
+        update /= scale
+        inverse[block] -= update
+        theta[block] -= u * (float(a @ theta[block]) / scale)
+        decisions, window_footprint = self.decisions.copy(), self.window_footprint.copy()
+        decisions[block] += 1.0
+        window_footprint[block] += footprint
+        coefficient = self.policy.coefficient(decisions, a.size, self.policy.footprint_sum(window_footprint))
+        return PreparedIndex(self.policy, Ridge(inverse, theta), decisions, window_footprint, coefficient)
 
 
 # The policies a contextual campaign serves; ``uniform`` is also accepted where contextual policies are made.
