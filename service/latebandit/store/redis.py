@@ -215,8 +215,8 @@ def parse_model(raw: dict[bytes, bytes], decided: bytes | None, blocks: int, d: 
         target = model.gram if kind == b"g" else model.reward
         target[int(block)] = np.frombuffer(value, dtype="<f8").reshape(target.shape[1:])
     if decided:
-        for block, gram in decided_grams(decided, blocks, d).items():
-            model.gram[block] += gram
+        for number, gram in decided_grams(decided, blocks, d).items():
+            model.gram[number] += gram
     return model
 
 
@@ -529,7 +529,9 @@ class RedisStore:
             counters = parse_counters(counters_raw, len(campaign.arms))
             histogram = parse_histogram(cells_raw, components)
             delays = parse_delays(delays_raw, len(campaign.arms))
-            model = parse_model(*model_raw, len(campaign.arms), campaign.features or 0) if model_raw else None
+            model = None
+            if model_raw:
+                model = parse_model(model_raw[0], model_raw[1], len(campaign.arms), campaign.features or 0)
             _finite(counters.conversions, histogram.moments, *(() if model is None else (model.gram, model.reward)))
         cached = _Cached(
             counters,
