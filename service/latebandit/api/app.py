@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from fastapi import Depends, FastAPI
 from fastapi.telemetry import TelemetryConfig
+from threadpoolctl import threadpool_limits
 
 from latebandit import metrics
 from latebandit.api.auth import ApiKeyGate, ApiKeys
@@ -49,6 +50,10 @@ def create_app(settings: Settings | None = None, clock: Clock = wall_clock) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # One BLAS thread: a worker is one event loop on one core, and BLAS's own threads only fight it and
+        # Redis for the cores. Measured at 32 concurrent contextual requests (d = 50), a read's Σ AAᵀ took 20 ms
+        # with two and under 1 ms with one, and the worker's decisions/s rose from 2,800 to 4,400.
+        threadpool_limits(limits=1, user_api="blas")
         runtime = Runtime.build(settings, clock)
         await runtime.start()
         app.state.runtime = runtime
