@@ -17,7 +17,10 @@ policy: each /choose claims a slot of a shared schedule), and otf-linucb on an a
 request offers its own 10 actions of d = 20, or of d = 50, features of norm at most 1 written with 6 decimals,
 drawn beforehand: wrk cycles through a pool of request bodies); each at 32, 4 and 1 connections, after a
 warm-up round of 2 s. ``--cases`` keeps the cases whose names contain one of its words (the bare endpoint is
-always measured), for /feedback and the two-worker case too.
+always measured), for /feedback and the two-worker case too. Every ratio is to the bare endpoint posted the
+small body of a campaign alone; for each contextual case the bare endpoint is also measured on that case's own
+bodies (2.2 KB and 5 KB: their bytes cost it too), and the contextual case's ratios to that are printed
+after the table.
 /feedback: batches of ``--batch`` attributed conversions, unique event ids, signed beforehand, to the
 delayed-klucb campaign and to the otf-linucb d = 20 one (each conversion naming a decision whose features the
 store keeps, so that it adds them to b); besides the rate, the CPU a conversion costs the worker and Redis
@@ -95,6 +98,7 @@ CAMPAIGNS: dict[str, dict[str, Any]] = {
 FULL_WINDOW = ("delayed-klucb", "revenue", "arms changed", "otf-linucb d=20", "otf-linucb d=50")
 FEEDBACK_CASES = ("delayed-klucb", "otf-linucb d=20")  # the campaigns whose conversions /feedback is measured on
 ACTIONS = 10  # offered by each request of a contextual case
+SAME_BODIES = "bare, bodies of "  # the bare endpoint given a contextual case's request bodies
 POOL = 1024  # request bodies of a contextual case, drawn beforehand and sent in turn
 RESULTS = Path(__file__).parent / "results"
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")  # the unit of /proc's CPU times
@@ -483,13 +487,19 @@ def main() -> None:
         assert httpx.delete(f"{latebandit.url}/campaigns/{changed}/arms/arm3").status_code == 200
         rng = np.random.default_rng(0)
         bodies = {name: choose_bodies(spec, rng) for name, spec in CAMPAIGNS.items()}
-        cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *chosen)]
+        same_bodies = [f"{SAME_BODIES}{name}" for name in chosen if "features" in CAMPAIGNS[name]]
+        cases = [(name, connections) for connections in (32, 4, 1) for name in ("bare", *same_bodies, *chosen)]
         drained_by = f"http://127.0.0.1:{writer_port if writer is not None else lb_port}/metrics"
         rounds: dict[tuple[str, int], list[Figures]] = {case: [] for case in cases}
         for measure in (False, *[True] * args.rounds):  # a warm-up round of 2 s first
             for name, connections in cases:
-                port, body = (bare_port, bodies["delayed-klucb"]) if name == "bare" else (lb_port, bodies[name])
-                with paused(None if name == "bare" else writer):
+                if name == "bare":
+                    port, body = bare_port, bodies["delayed-klucb"]
+                elif name.startswith(SAME_BODIES):
+                    port, body = bare_port, bodies[name.removeprefix(SAME_BODIES)]
+                else:
+                    port, body = lb_port, bodies[name]
+                with paused(writer if port == lb_port else None):
                     figures = load(port, body, args.duration if measure else 2, connections)
                 wait_drained(drained_by)
                 if measure:
@@ -546,6 +556,12 @@ def report(console: Console, choose: dict[tuple[str, int], Figures], feedback: d
             }
         )
     console.print(table)
+    for (name, connections), row in choose.items():
+        same = choose.get((f"{SAME_BODIES}{name}", connections))
+        if same is not None:
+            console.print(f"{name}, {connections} connections, against the bare endpoint given its bodies: throughput "
+                          f"{row.throughput / same.throughput:.2f}x, p50 {row.p50_ms / same.p50_ms:.2f}x, p99 "
+                          f"{row.p99_ms / same.p99_ms:.2f}x")  # fmt: skip
     figures["feedback"] = measured = {}
     for name, run in feedback.items():
         console.print(f"/feedback, {name}, batches of {args.batch}: {run.rate:,.0f} conversions/s per worker (target "
