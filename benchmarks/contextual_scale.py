@@ -183,7 +183,7 @@ def main() -> None:
             f"{row['features_hashes']} features hashes {row['features_bytes_per_decision']:.0f} bytes a decision; "
             f"the model hash {row['model_bytes']:,} bytes and its decided string {row['decided_bytes']:,}, the "
             f"campaign's {row['campaign_keys']} keys but the "
-            f"features (model included) {row['campaign_keys_bytes']:,} bytes"
+            f"features (model and decided string included) {row['campaign_keys_bytes']:,} bytes"
         )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "contextual_scale.json").write_text(json.dumps(results, indent=2))

@@ -82,7 +82,7 @@ async def test_a_fold_that_raced_another_writes_nothing(request) -> None:
             offer = context(rng)
             chosen.append((SPEC["arms"].index((await engines[0].choose("fold", offer=offer)).arm), offer.vectors[0]))
         stores: list[RedisStore] = [engine.store for engine in engines]  # type: ignore[misc]
-        outcomes = await asyncio.gather(*(store.fold_model(campaign) for store in stores))
+        outcomes = await asyncio.gather(*(store.fold_model(campaign, least=1) for store in stores))
         assert sorted(outcomes) in ([False, True], [True, True])  # two reads of one state: one fold; else two
         gram, decided = await stored_model(stores[1], "fold")
         np.testing.assert_allclose(gram, expected_grams(chosen), rtol=1e-12, atol=1e-12)
@@ -99,7 +99,7 @@ async def stale_fold(store: RedisStore, campaign_id: str, version: int) -> list:
     return [version, raw.get(b"fold", b""), len(decided), "stale", 0, garbage]
 
 
-@pytest.mark.parametrize("change", ["policy", "rebuild", "fold"])
+@pytest.mark.parametrize("change", ["policy", "rebuild", "fold", "purge"])
 async def test_a_fold_read_before_a_change_writes_nothing(request, change) -> None:
     clock, rng = Clock(), np.random.default_rng(5)
     async with workers(request, "redis", clock) as engines:
@@ -115,15 +115,34 @@ async def test_a_fold_read_before_a_change_writes_nothing(request, change) -> No
             snapshot = await store.snapshot(campaign)
             assert snapshot.model is not None
             await store.replace_state(campaign, snapshot.counters, snapshot.histogram, {}, model=snapshot.model)
-        else:
-            assert await engines[1].store.fold_model(campaign)
+        elif change == "fold":
+            assert await engines[1].store.fold_model(campaign, least=1)  # type: ignore[attr-defined]
+        else:  # the campaign's keys deleted, as the purge of an archived campaign does
+            await store.client.delete(*store.keys.purged("fold"))
         before = await store.client.hgetall(store.keys.model("fold"))
         keys = [store.keys.counters("fold"), store.keys.model("fold"), store.keys.decided("fold")]
         assert await store._run("fold_model", keys, args) == 0
         assert await store.client.hgetall(store.keys.model("fold")) == before
+        if change == "purge":
+            assert not await store.client.exists(*store.keys.purged("fold")), "a fold brought a key back"
 
 
-@pytest.mark.parametrize("decided", [b"\x00" * 12, np.array([[7.0, 0, 0, 0, 0]]).astype("<f8").tobytes()])
+async def test_a_short_decided_string_is_left_to_grow(request) -> None:
+    """The workers that found the string long at once fold it once: the later ones find it short, and go."""
+    clock, rng = Clock(), np.random.default_rng(4)
+    async with workers(request, "redis", clock) as engines:
+        campaign = await engines[0].create_campaign(CampaignSpec(**SPEC))
+        for _ in range(3):
+            clock.now += MICROS
+            await engines[0].choose("fold", offer=context(rng))
+        store: RedisStore = engines[0].store  # type: ignore[assignment]
+        assert not await store.fold_model(campaign)  # 3 decisions, FOLD_AFTER 512
+        assert not await store.fold_model(campaign, least=4)
+        assert await store.fold_model(campaign, least=3)
+        assert await store.client.get(store.keys.decided("fold")) is None
+
+
+@pytest.mark.parametrize("decided", [b"\x00" * 44, np.array([[7.0, 0, 0, 0, 0]]).astype("<f8").tobytes()])
 async def test_a_decided_string_the_scripts_never_write_is_unreadable(request, decided) -> None:
     """Not whole entries, or an entry of no arm: the campaign's reads and folds say so, and nothing is written."""
     async with workers(request, "redis", Clock()) as engines:
@@ -133,5 +152,5 @@ async def test_a_decided_string_the_scripts_never_write_is_unreadable(request, d
         with pytest.raises(StateUnreadable, match="fold"):
             await store.snapshot(campaign)
         with pytest.raises(StateUnreadable, match="model"):
-            await store.fold_model(campaign)
+            await store.fold_model(campaign, least=1)
         assert await store.client.get(store.keys.decided("fold")) == decided

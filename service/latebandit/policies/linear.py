@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from latebandit.policies.base import TIE_RTOL, Array, Param, uniform_among
+from latebandit.policies.base import TIE_RTOL, Array, Param, _best, uniform_among
 
 # Rank-one updates an inverse takes (Inverses.with_decisions) before it is inverted afresh: each adds rounding of
 # order d·ε, so that an updated V⁻¹ still scores as a fresh one does to about 1e-12.
@@ -205,12 +205,11 @@ def _argmax(values: Array, rng: np.random.Generator) -> tuple[Array, Array]:
     if len(values) == 1 and not math.isnan(sum(row := values[0].tolist())):
         top = max(row)
         floor = top - TIE_RTOL * abs(top)
-        ties = [k for k, value in enumerate(row) if value >= floor]
-        if ties:
+        tied = [k for k, value in enumerate(row) if value >= floor]
+        if tied:
             drawn = keys[0].tolist()
-            return np.array([max(ties, key=drawn.__getitem__)]), np.array([1.0 / len(ties)])
-    top = values.max(axis=1, keepdims=True)
-    ties = values >= top - TIE_RTOL * np.abs(top)
+            return np.array([max(tied, key=drawn.__getitem__)]), np.array([1.0 / len(tied)])
+    ties = _best(values, np.zeros(values.shape, dtype=bool))
     return np.where(ties, keys, -1.0).argmax(axis=1), 1.0 / ties.sum(axis=1)
 
 
@@ -691,8 +690,7 @@ class PreparedIndex(PreparedModel):
     def with_decision(self, block: int, features: Array, footprint: float) -> PreparedIndex:
         """Sherman–Morrison on the block's V⁻¹ and θ̂ (u = V⁻¹a: V⁻¹ − uuᵀ/(1 + aᵀu), θ̂ − u·aᵀθ̂/(1 + aᵀu),
         the same b), O(d²); its decision count and footprint sum grow, and c is recomputed from them."""
-        if self.policy.reads_window_vectors:
-            raise ValueError("a correction that reads the window's vectors is prepared from its stats (PreparedStats)")
+        assert not self.policy.reads_window_vectors, "prepare() keeps such a policy's stats whole (PreparedStats)"
         a = np.asarray(features, dtype=np.float64)
         inverse, theta = self.ridge.inverse.copy(), self.ridge.theta.copy()
         u = inverse[block] @ a

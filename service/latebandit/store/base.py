@@ -139,12 +139,12 @@ class LinearSums:
         """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
         inverses held updated with them, or dropped (Inverses.with_decisions)."""
         gram = self.gram.copy()
-        for block, batch in batch_grams(added).items():
+        for block, batch in _batch_grams(added).items():
             gram[block] += batch
         return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
 
 
-def batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
+def _batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
     """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what a worker adds
     to the sums it holds for its own decisions."""
     rows: dict[int, list[np.ndarray]] = {}

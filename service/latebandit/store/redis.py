@@ -126,7 +126,7 @@ class _Cached:
     policy: int  # the policy version it was read for: a policy change resets the state
     arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
-    model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions since
+    model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions in ``own``
     # this worker's contextual decisions (block, A) recorded since, not yet in ``model``: added when a snapshot
     # is taken, which for a decision taken alone is after its answer (engine/core.py prepares the next one)
     own: list[tuple[int, np.ndarray]] = dataclasses.field(default_factory=list)
@@ -288,8 +288,10 @@ class RedisStore:
         self._folding: dict[str, asyncio.Future[bool]] = {}  # per contextual campaign, its fold in flight
 
     async def close(self) -> None:
-        for fold in list(self._folding.values()):
+        folds = list(self._folding.values())
+        for fold in folds:
             fold.cancel()
+        await asyncio.gather(*folds, return_exceptions=True)
         await self.client.aclose()
         if self._direct is not None:
             await self._direct.close()
@@ -577,7 +579,7 @@ class RedisStore:
             keys += [self.keys.decided(campaign.id), self.keys.features(campaign.id, pulls[0].bucket)]
         statuses, earlier, reply, decided = await self._run("record_decisions", keys, args)
         if contextual:
-            self._add_own_decisions(campaign, pulls, statuses)
+            self._add_own_decisions(campaign, pulls, statuses, None if sent is None else sent[1])
             if decided >= FOLD_AFTER * ((campaign.features or 0) + 1) * 8:
                 self._fold_soon(campaign)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
@@ -586,12 +588,15 @@ class RedisStore:
             for status, stored, pull in zip(statuses, earlier, pulls, strict=True)
         ]
 
-    def _add_own_decisions(self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int]) -> None:
+    def _add_own_decisions(
+        self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int], sent: StateVersion | None
+    ) -> None:
         """This worker's new contextual decisions, for the model it holds: its next decisions see them before
-        the next read (one recorded between a read's sending and its answer counts twice until the read after:
-        a V slightly too large for at most ``snapshot_interval``)."""
+        the next read. Only while it holds the state ``sent`` with them: a read that replaced it meanwhile may
+        hold them already (else they count from the read after, at most ``snapshot_interval`` later), and the
+        model prepared for a version must be the one that version holds (engine/contextual.py)."""
         cached = self._cached(campaign)
-        if cached is not None and cached.model is not None:
+        if cached is not None and cached.model is not None and cached.version() == sent:
             cached.own += [
                 (pull.arm, pull.features)
                 for pull, status in zip(pulls, statuses, strict=True)
@@ -612,16 +617,20 @@ class RedisStore:
         if not done.cancelled() and done.exception() is not None:  # the next decision recorded asks again
             logger.warning("folding the model of %s failed: %s", campaign_id, done.exception())
 
-    async def fold_model(self, campaign: Campaign) -> bool:
+    async def fold_model(self, campaign: Campaign, least: int | None = None) -> bool:
         """Fold the decisions of a contextual campaign's ``decided`` string into its model's Σ AAᵀ: read both in
         one transaction, add them up here, and write the sums back (store/lua/fold_model.lua) unless another
-        fold or a policy change came first. Whether it folded."""
+        fold, a policy change or a rebuild came first. Only when the string holds ``least`` decisions
+        (FOLD_AFTER): the workers that found it long at once fold it once, the others find it short. Whether it
+        folded."""
         cid, blocks, d = campaign.id, len(campaign.arms), campaign.features or 0
         async with self._reachable("fold_model"), self.client.pipeline(transaction=True) as pipe:
+            pipe.hget(self.keys.counters(cid), "v")
             pipe.hgetall(self.keys.model(cid))
             pipe.get(self.keys.decided(cid))
-            raw, decided = await pipe.execute()
-        if not decided:
+            version, raw, decided = await pipe.execute()
+        least = FOLD_AFTER if least is None else least
+        if int(version or 1) != campaign.version or not decided or len(decided) < least * (d + 1) * 8:
             return False
         with _readable(campaign, "model"):
             grams = decided_grams(decided, blocks, d)

@@ -12,7 +12,7 @@
 -- campaign 2 more: its features (float64 blob), its footprint.
 -- A contextual campaign's new pulls are appended to ``decided`` (block, then features: Σ AAᵀ grows by them
 -- there, not here, where adding d·d doubles per call cost Redis 60 µs at d = 20 and 250 at d = 50).
--- Returns {statuses, earlier decisions, counters, decided's length in bytes (0: not contextual)}, one status
+-- Returns {statuses, earlier decisions, counters, decided's length in bytes (0: nothing appended)}, one status
 -- and one earlier decision ('' unless repeated) per pull: 0 new, 1 repeated, 2 paused, 3 unknown, 4 moved (the
 -- campaign is at another policy version than the caller's: it must reload its configuration), 5 archived. A
 -- request_id's earlier decision is returned before any other refusal, so a retried request is answered the
