@@ -12,6 +12,7 @@ import pytest
 
 from latebandit.campaign import CampaignSpec, PolicyChange
 from latebandit.engine.contextual import Offer
+from latebandit.engine.core import DecisionEngine
 from latebandit.store import redis as redis_store
 from latebandit.store.base import StateUnreadable
 from latebandit.store.redis import RedisStore
@@ -45,6 +46,18 @@ async def stored_model(store: RedisStore, campaign_id: str) -> tuple[np.ndarray,
     return snapshot.model.gram, decided
 
 
+async def decide(
+    engine: DecisionEngine, clock: Clock, rng: np.random.Generator, count: int
+) -> list[tuple[int, np.ndarray]]:
+    """``count`` decisions taken one at a time, a second apart: each one's arm and features."""
+    chosen = []
+    for _ in range(count):
+        clock.now += MICROS
+        offer = context(rng)
+        chosen.append((SPEC["arms"].index((await engine.choose("fold", offer=offer)).arm), offer.vectors[0]))
+    return chosen
+
+
 async def settle(stores: list[RedisStore]) -> None:
     """Until no fold is in flight on any worker."""
     while any(store._folding for store in stores):
@@ -76,11 +89,7 @@ async def test_a_fold_that_raced_another_writes_nothing(request) -> None:
     clock, rng = Clock(), np.random.default_rng(3)
     async with workers(request, "redis", clock) as engines:
         campaign = await engines[0].create_campaign(CampaignSpec(**SPEC))
-        chosen = []
-        for _ in range(10):
-            clock.now += MICROS
-            offer = context(rng)
-            chosen.append((SPEC["arms"].index((await engines[0].choose("fold", offer=offer)).arm), offer.vectors[0]))
+        chosen = await decide(engines[0], clock, rng, 10)
         stores: list[RedisStore] = [engine.store for engine in engines]  # type: ignore[misc]
         outcomes = await asyncio.gather(*(store.fold_model(campaign, least=1) for store in stores))
         assert sorted(outcomes) in ([False, True], [True, True])  # two reads of one state: one fold; else two
@@ -104,9 +113,7 @@ async def test_a_fold_read_before_a_change_writes_nothing(request, change) -> No
     clock, rng = Clock(), np.random.default_rng(5)
     async with workers(request, "redis", clock) as engines:
         campaign = await engines[0].create_campaign(CampaignSpec(**SPEC))
-        for _ in range(4):
-            clock.now += MICROS
-            await engines[0].choose("fold", offer=context(rng))
+        await decide(engines[0], clock, rng, 4)
         store: RedisStore = engines[0].store  # type: ignore[assignment]
         args = await stale_fold(store, "fold", campaign.version)
         if change == "policy":
@@ -132,9 +139,7 @@ async def test_a_short_decided_string_is_left_to_grow(request) -> None:
     clock, rng = Clock(), np.random.default_rng(4)
     async with workers(request, "redis", clock) as engines:
         campaign = await engines[0].create_campaign(CampaignSpec(**SPEC))
-        for _ in range(3):
-            clock.now += MICROS
-            await engines[0].choose("fold", offer=context(rng))
+        await decide(engines[0], clock, rng, 3)
         store: RedisStore = engines[0].store  # type: ignore[assignment]
         assert not await store.fold_model(campaign)  # 3 decisions, FOLD_AFTER 512
         assert not await store.fold_model(campaign, least=4)

@@ -220,6 +220,11 @@ def parse_model(raw: dict[bytes, bytes], decided: bytes | None, blocks: int, d: 
     return model
 
 
+def decided_bytes(campaign: Campaign, decisions: int) -> int:
+    """The length of a ``decided`` string holding ``decisions`` entries: d + 1 float64 each."""
+    return decisions * ((campaign.features or 0) + 1) * 8
+
+
 def decided_grams(decided: bytes, blocks: int, d: int) -> dict[int, np.ndarray]:
     """Per block, the Σ AAᵀ of the decisions in a ``decided`` string (record_decisions.lua's entries: block,
     then features; ValueError for a string that is not whole entries of known blocks)."""
@@ -580,7 +585,7 @@ class RedisStore:
         statuses, earlier, reply, decided = await self._run("record_decisions", keys, args)
         if contextual:
             self._add_own_decisions(campaign, pulls, statuses, None if sent is None else sent[1])
-            if decided >= FOLD_AFTER * ((campaign.features or 0) + 1) * 8:
+            if decided >= decided_bytes(campaign, FOLD_AFTER):
                 self._fold_soon(campaign)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
         return [
@@ -630,7 +635,7 @@ class RedisStore:
             pipe.get(self.keys.decided(cid))
             version, raw, decided = await pipe.execute()
         least = FOLD_AFTER if least is None else least
-        if int(version or 1) != campaign.version or not decided or len(decided) < least * (d + 1) * 8:
+        if int(version or 1) != campaign.version or not decided or len(decided) < decided_bytes(campaign, least):
             return False
         with _readable(campaign, "model"):
             grams = decided_grams(decided, blocks, d)
