@@ -335,8 +335,8 @@ class DecisionEngine:
             if matured.any():
                 hist = state.histogram
                 await self.store.fold_matured(campaign, hist.arm[matured], hist.bucket[matured])
+            model = self._models.prepare(campaign, state, now)  # first: the gauges then read the V⁻¹ it computed
             self._publish_model(campaign, state, now)
-            model = self._models.prepare(campaign, state, now)
         offers = [offer for _, _, offer in requests if offer is not None]  # all: _fitting checked each request
         chosen = choose_offers(campaign, model, offers, self.rng)
         return [

@@ -38,6 +38,17 @@ from latebandit.policies.base import TIE_RTOL, Array, Param, _best, uniform_amon
 FRESH_EVERY = 256
 
 
+def sherman_morrison(inverse: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, float]:
+    """In place, V⁻¹ (d, d) becomes (V + aaᵀ)⁻¹ = V⁻¹ − uuᵀ/(1 + aᵀu), O(d²) (uuᵀ is symmetric to the last bit,
+    so V⁻¹ stays so); returns u = V⁻¹a and 1 + aᵀu, which θ̂'s own update needs."""
+    u = inverse @ a
+    scale = 1.0 + float(a @ u)
+    update = u[:, None] * u
+    update /= scale
+    inverse -= update
+    return u, scale
+
+
 class Inverses:
     """V⁻¹ = (λI + gram)⁻¹ of every run, memoised per λ beside the gram it inverts (LinearStats, and the store's
     LinearSums, whose gram is never changed in place): a policy call inverts V once per state read, not once
@@ -76,8 +87,7 @@ class Inverses:
             if updates + len(added) <= FRESH_EVERY and len(added) <= max(1, inverse.shape[-1] // 8):
                 updated = inverse.copy()
                 for run, a in added:
-                    u = updated[run] @ a
-                    updated[run] -= np.outer(u, u) / (1.0 + a @ u)
+                    sherman_morrison(updated[run], a)
                 entries[ridge] = (updated, updates + len(added))
         return Inverses(entries)
 
@@ -693,11 +703,7 @@ class PreparedIndex(PreparedModel):
         assert not self.policy.reads_window_vectors, "prepare() keeps such a policy's stats whole (PreparedStats)"
         a = np.asarray(features, dtype=np.float64)
         inverse, theta = self.ridge.inverse.copy(), self.ridge.theta.copy()
-        u = inverse[block] @ a
-        scale = 1.0 + float(a @ u)
-        update = u[:, None] * u  # uuᵀ, symmetric to the last bit
-        update /= scale
-        inverse[block] -= update
+        u, scale = sherman_morrison(inverse[block], a)
         theta[block] -= u * (float(a @ theta[block]) / scale)
         decisions, window_footprint = self.decisions.copy(), self.window_footprint.copy()
         decisions[block] += 1.0

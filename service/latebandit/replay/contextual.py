@@ -30,7 +30,7 @@ import numpy as np
 from latebandit.campaign import Campaign
 from latebandit.engine.contextual import linear_stats, matured_cells
 from latebandit.policies import POLICIES
-from latebandit.policies.linear import ContextualPolicy, LinearStats, make_contextual_policy
+from latebandit.policies.linear import CONTEXTUAL_POLICIES, ContextualPolicy, LinearStats, make_contextual_policy
 from latebandit.replay.estimators import LoggedArrays, ips, replay, snips
 from latebandit.replay.evaluate import (
     DEFAULT_CLIP,
@@ -51,7 +51,7 @@ from latebandit.replay.logged import (
 from latebandit.replay.reenact import PROGRESS_EVERY, History
 
 ESTIMATORS = ("replay", "ips", "snips")
-CONTEXTUAL_NAMES = "linucb, otf-linucb, otf-lints or uniform"
+CONTEXTUAL_NAMES = f"{', '.join(CONTEXTUAL_POLICIES)} or uniform"
 
 
 @dataclass(frozen=True)

@@ -139,18 +139,16 @@ class LinearSums:
         """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
         inverses held updated with them, or dropped (Inverses.with_decisions)."""
         gram = self.gram.copy()
-        for block, batch in _batch_grams(added).items():
+        blocks = np.array([block for block, _ in added], dtype=np.int64)
+        for block, batch in grams_by_block(blocks, np.array([a for _, a in added], dtype=np.float64)).items():
             gram[block] += batch
         return LinearSums(gram, self.reward, self.inverses.with_decisions(added))
 
 
-def _batch_grams(added: Iterable[tuple[int, np.ndarray]]) -> dict[int, np.ndarray]:
-    """Per block, the Σ AAᵀ of its decisions' features (block, A), one product per block: what a worker adds
-    to the sums it holds for its own decisions."""
-    rows: dict[int, list[np.ndarray]] = {}
-    for block, features in added:
-        rows.setdefault(block, []).append(features)
-    return {block: (features := np.array(vectors, dtype=np.float64)).T @ features for block, vectors in rows.items()}
+def grams_by_block(blocks: np.ndarray, features: np.ndarray) -> dict[int, np.ndarray]:
+    """Per block, the Σ AAᵀ of the decisions (blocks (n,), features (n, d)), one product per block: what a
+    worker adds for its own decisions, and what a ``decided`` string holds (store/redis.py)."""
+    return {int(k): (rows := features[blocks == k]).T @ rows for k in np.unique(blocks)}
 
 
 @dataclass

@@ -59,6 +59,7 @@ from latebandit.store.base import (
     StateUnreadable,
     StateVersion,
     StoreUnavailable,
+    grams_by_block,
 )
 from latebandit.store.keys import Keys
 from latebandit.store.schedule import (
@@ -232,8 +233,7 @@ def decided_grams(decided: bytes, blocks: int, d: int) -> dict[int, np.ndarray]:
     block = entries[:, 0].astype(np.int64)
     if not ((block == entries[:, 0]) & (block >= 0) & (block < blocks)).all():
         raise ValueError("a decided entry names no block of the campaign")
-    features = entries[:, 1:]
-    return {int(k): (rows := features[block == k]).T @ rows for k in np.unique(block)}
+    return grams_by_block(block, entries[:, 1:])
 
 
 def parse_delays(raw: dict[bytes, bytes], arms: int) -> np.ndarray:
@@ -638,11 +638,10 @@ class RedisStore:
         if int(version or 1) != campaign.version or not decided or len(decided) < decided_bytes(campaign, least):
             return False
         with _readable(campaign, "model"):
-            grams = decided_grams(decided, blocks, d)
-            stored = parse_model(raw, None, blocks, d).gram
+            folded = parse_model(raw, decided, blocks, d).gram
         args: list[EncodableT] = [campaign.version, raw.get(b"fold", b""), len(decided), os.urandom(8).hex()]
-        for block, gram in grams.items():
-            args += [block, (stored[block] + gram).astype("<f8").tobytes()]
+        for block, gram in enumerate(folded):
+            args += [block, gram.astype("<f8").tobytes()]
         keys = [self.keys.counters(cid), self.keys.model(cid), self.keys.decided(cid)]
         return bool(await self._run("fold_model", keys, args))
 

@@ -13,11 +13,12 @@ from latebandit.api.auth import SERVED_CAMPAIGNS
 from latebandit.api.deps import engine_of
 from latebandit.api.errors import error, forbidden_campaign, problems
 from latebandit.api.hot_paths import HotRoute, JsonAnswer, read_body
+from latebandit.campaign import MAX_FEATURES
 from latebandit.engine.contextual import MAX_ACTIONS, Offer
 from latebandit.ids import Identifier
 from latebandit.logs import NAMED_CAMPAIGN
 
-Features = Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=256)]
+Features = Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=MAX_FEATURES)]
 
 
 class OfferedAction(BaseModel):

@@ -38,8 +38,6 @@ end
 local outcomes, audited = {}, {}
 for i, event in ipairs(events) do
   local event_id, decision, counts, censored, arm, bucket, value, expires, delay_bucket, kept = unpack(event)
-  local vector = nil  -- a contextual decision's features: false once gone
-  if kept > 0 then vector = redis.call('HGET', KEYS[kept], features_field(decision)) end
   local outcome
   value = tonumber(value)
   if not (value and value >= 0 and value <= most) then  -- NaN too: S grows by at most max a decision
@@ -75,6 +73,8 @@ for i, event in ipairs(events) do
         redis.call('HDEL', credited, 'cv:' .. decision)
       end
     end
+    local vector = nil  -- a contextual decision's features, read only for a conversion that may count
+    if counts and not censored and kept > 0 then vector = redis.call('HGET', KEYS[kept], features_field(decision)) end
     if censored then
       outcome = 'censored'
     elseif not counts or vector == false then  -- false: its features are gone, past window + lateness
