@@ -1,9 +1,9 @@
 """Contextual campaigns through the decision engine, on the embedded store, Redis and Redis Cluster: the live
 model equals the replay of the audit log through any sequence of decisions, conversions and waits (the
 window folding decisions away), in both request forms, with two workers over one store; a worker's own
-decisions are seen by its next ones before its next read, and by the later ones of their group; the policy's
-model is prepared once the decision before is answered, not by the request; a rebuild restores the model and
-the kept features."""
+decisions are seen by its next ones before its next read (those the store counted: not a retried request's),
+and by the later ones of their group; the policy's model is prepared while the decision before is recorded,
+not by the request; a rebuild restores the model and the kept features."""
 
 from __future__ import annotations
 
@@ -149,24 +149,30 @@ async def test_the_decisions_of_a_group_see_the_ones_before_them(redis_url, redi
 
 
 @pytest.mark.redis
-async def test_each_model_is_prepared_once_the_decision_before_is_answered(
+async def test_each_model_is_prepared_while_the_decision_before_is_recorded(
     redis_url, redis_prefix, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past the first request of a histogram read no request prepares the policy's model: it is prepared once
-    the decision before is answered, from the snapshot the worker holds then (the same numbers as preparing it
-    from that snapshot here), and the next request decides from it. A new read (here with a conversion) is
-    another state version: its first request prepares its own."""
+    """Past the first request of a histogram read no request prepares the policy's model: a lone decision's
+    successor (the model plus that decision) is prepared while the store records it, and the next request
+    decides from it. It holds what a fresh read of the store then gives (to rounding: V⁻¹ and θ̂ were updated
+    by Sherman–Morrison), the decisions' footprints included. A new read (here with a conversion) is another
+    state version: its first request prepares its own."""
     clock = Clock()
     store = RedisStore(redis_url, redis_prefix, clock=clock)
     engine = DecisionEngine(store, TokenSigner("v" * 32), clock, np.random.default_rng(4),
                             EngineOptions(snapshot_interval=3600.0))  # fmt: skip
     events: list[str] = []
     models: list[PreparedIndex] = []
-    prepare, record = OTFLinUCB.prepare, store.record_decisions
+    prepare, follow, record = OTFLinUCB.prepare, PreparedIndex.with_decision, store.record_decisions
 
     def preparing(self: OTFLinUCB, stats: Any) -> Any:
         events.append("prepare")
         models.append(prepare(self, stats))
+        return models[-1]
+
+    def following(self: PreparedIndex, *decision: Any) -> PreparedIndex:
+        events.append("follow")
+        models.append(follow(self, *decision))
         return models[-1]
 
     async def recording(*args: Any) -> Any:
@@ -174,6 +180,7 @@ async def test_each_model_is_prepared_once_the_decision_before_is_answered(
         return await record(*args)
 
     monkeypatch.setattr(OTFLinUCB, "prepare", preparing)
+    monkeypatch.setattr(PreparedIndex, "with_decision", following)
     monkeypatch.setattr(store, "record_decisions", recording)
 
     async def decide(seed: int) -> list[str]:
@@ -183,34 +190,71 @@ async def test_each_model_is_prepared_once_the_decision_before_is_answered(
         await asyncio.sleep(0)
         return events[mark:]
 
-    def assert_prepared_from_the_held_snapshot() -> None:
-        held = store.held(campaign, 3600.0)
-        assert held is not None
-        fresh = prepare(campaign.contextual_policy, linear_stats(campaign, held, clock.now))
-        assert isinstance(fresh, PreparedIndex)
-        for part in ("inverse", "theta"):
-            np.testing.assert_array_equal(getattr(models[-1].ridge, part), getattr(fresh.ridge, part))
-        for part in ("decisions", "window_footprint", "coefficient"):
-            np.testing.assert_array_equal(getattr(models[-1], part), getattr(fresh, part))
-
     decisions: list[Decision] = []
     try:
         await engine.create_campaign(CampaignSpec(**SPECS["actions"]))
         campaign = await engine.campaign("ctx")
-        assert await decide(0) == ["prepare", "record", "prepare"]  # a new read: its request prepares
-        assert_prepared_from_the_held_snapshot()
+        assert await decide(0) == ["prepare", "record", "follow"]  # a new read: its request prepares
         for seed in range(1, 4):
             clock.now += MICROS
-            assert await decide(seed) == ["record", "prepare"]
-            assert_prepared_from_the_held_snapshot()
-        assert models[-1].decisions.tolist() == [4.0]
+            assert await decide(seed) == ["record", "follow"]
+        successor = models[-1]
+        read = await store.snapshot(campaign, 0.0)  # a new read: what the store holds after the four decisions
+        fresh = prepare(campaign.contextual_policy, linear_stats(campaign, read, clock.now))
+        assert isinstance(fresh, PreparedIndex)
+        assert successor.decisions.tolist() == fresh.decisions.tolist() == [4.0]
+        for part in ("inverse", "theta"):
+            np.testing.assert_allclose(getattr(successor.ridge, part), getattr(fresh.ridge, part), rtol=0, atol=1e-12)
+        for part in ("window_footprint", "coefficient"):
+            np.testing.assert_allclose(getattr(successor, part), getattr(fresh, part), rtol=1e-12)
+        assert fresh.window_footprint[0] > 0
         clock.now += MICROS
         assert (await engine.feedback([converted(decisions[0], clock.now)])).accepted == 1
         before = models[-1]
         await store.snapshot(campaign, 0.0)  # a new read (as one after snapshot_interval), with the conversion
-        assert await decide(4) == ["prepare", "record", "prepare"]
-        assert_prepared_from_the_held_snapshot()
+        assert await decide(4) == ["prepare", "record", "follow"]
         assert not np.array_equal(models[-2].ridge.theta, before.ridge.theta)  # b has the conversion
+    finally:
+        await store.close()
+
+
+@pytest.mark.redis
+async def test_a_worker_holds_its_own_counted_decisions_and_no_retried_one(redis_url, redis_prefix) -> None:
+    """Between two reads, the model a worker holds is the read's plus its own decisions that the store counted
+    (summed while the store records them): a retried request's decision is not added again, whether it comes
+    alone or in a group beside a new one."""
+    clock = Clock()
+    store = RedisStore(redis_url, redis_prefix, clock=clock)
+    engine = DecisionEngine(store, TokenSigner("w" * 32), clock, np.random.default_rng(5),
+                            EngineOptions(snapshot_interval=3600.0))  # fmt: skip
+    counted: list[np.ndarray] = []
+
+    async def choose(request_id: str, seed: int) -> Decision:
+        offered = offer("actions", seed)
+        decision = await engine.choose("ctx", request_id, offered)
+        assert offered.labels is not None
+        if decision.arm in offered.labels:  # a new decision (a retried one answers the first request's action)
+            counted.append(offered.vectors[offered.labels.index(decision.arm)])
+        return decision
+
+    try:
+        await engine.create_campaign(CampaignSpec(**SPECS["actions"]))
+        campaign = await engine.campaign("ctx")
+        for request_id, seed in [("r0", 0), ("r1", 1), ("r0", 2)]:
+            clock.now += MICROS
+            await choose(request_id, seed)
+        clock.now += MICROS
+        await asyncio.gather(choose("r3", 3), choose("r1", 4), choose("r5", 5))  # then r1 and r5 in one batch
+        assert len(counted) == 4
+        held = store.held(campaign, 3600.0)
+        assert held is not None and held.model is not None
+        expected = sum(np.outer(a, a) for a in counted)
+        np.testing.assert_allclose(held.model.gram[0], expected, rtol=1e-12, atol=1e-15)
+        inverse = held.model.inverses.of(held.model.gram, 1.0)[0]
+        np.testing.assert_allclose(inverse, np.linalg.inv(np.eye(3) + expected), rtol=1e-12, atol=1e-15)
+        read = await store.snapshot(campaign, 0.0)  # the store's own sums agree
+        assert read.model is not None
+        np.testing.assert_allclose(read.model.gram, held.model.gram, rtol=1e-12, atol=1e-15)
     finally:
         await store.close()
 

@@ -19,14 +19,14 @@ would otherwise pick one arm for the whole group).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.policies.linear import LinearStats, PreparedModel
-from latebandit.store.base import LinearSums, StateSnapshot, StateVersion
+from latebandit.policies.linear import FRESH_EVERY, LinearStats, PreparedModel
+from latebandit.store.base import LinearSums, Pull, StateSnapshot, StateVersion
 
 MAX_ACTIONS = 1_000
 NORM_LIMIT = 1.0 + 1e-9  # the largest ‖a‖ taken: the width's scale assumes ‖a‖ <= 1 (docs/algorithms/linear.md)
@@ -79,8 +79,9 @@ class Offer:
             raise OfferInvalid(
                 field, f"features have {width} numbers; campaign {campaign.id!r} has d = {campaign.features}"
             )
-        squares = np.square(self.vectors).sum(axis=1)
-        if not (squares <= NORM_LIMIT**2).all():  # false for a nan or an infinity too: one pass checks both
+        squares = np.einsum("kd,kd->k", self.vectors, self.vectors)
+        # false for a nan or an infinity too (max propagates a nan): one pass checks both
+        if not squares.max() <= NORM_LIMIT**2:
             if not np.isfinite(self.vectors).all():
                 raise OfferInvalid(field, "features are finite numbers")
             worst = int(squares.argmax())
@@ -139,42 +140,78 @@ def matured_cells(campaign: Campaign, state: StateSnapshot, now: int) -> np.ndar
     return (state.histogram.bucket + 1) * campaign.bucket_width_us <= now - campaign.window_us
 
 
+@dataclass(frozen=True)
+class _Kept:
+    version: StateVersion  # the statistics it serves
+    model: PreparedModel
+    chained: int  # decisions added to it since it was prepared from statistics (with_decision)
+
+
 class PreparedModels:
     """A worker's prepared models of its contextual campaigns (policies/linear.py ``PreparedModel``): one per
-    campaign, kept with the StateVersion of the snapshot it was prepared from, so that every request at that
-    version decides from it, computing only its own actions' products. A model is prepared by the first
-    request of a histogram read (which folds the read's matured cells) or, once a decision is answered, for
-    the snapshot the worker then holds (``prepare_next``). Its window (which cells are inside it) is as of
-    that moment, at most ``snapshot_interval`` old, as an arm campaign's Ñ is (engine/choosing.py)."""
+    campaign, kept with the StateVersion it serves, so that every request at that version decides from it,
+    computing only its own actions' products. A model is prepared from a snapshot by the first request of a
+    histogram read (which folds the read's matured cells), or once a decision is answered, for the snapshot
+    the worker then holds (``prepare_next``); its window (which cells are inside it) is as of that moment, at
+    most ``snapshot_interval`` old, as an arm campaign's Ñ is (engine/choosing.py).
+
+    A lone decision's **successor** is prepared while the store records it, when the worker would otherwise
+    wait (``follow``): the model plus that decision, as the next decision of a group sees it (its footprint
+    joins the window too). It serves the next request if the store then holds exactly the statistics after
+    that decision (same read and write stamp, one decision more), which is the common case between two
+    conversions; else the next snapshot is prepared as before. A chain of successors is cut after
+    FRESH_EVERY decisions, as a held inverse is (each adds a rounding of order d·ε)."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, tuple[StateVersion, PreparedModel]] = {}
+        self._kept: dict[str, _Kept] = {}
+        self._successors: dict[str, _Kept] = {}
 
     def kept(self, campaign_id: str, version: StateVersion | None) -> PreparedModel | None:
-        """The model kept for ``version`` of the campaign's statistics; None if none (or unversioned)."""
+        """The model kept for ``version`` of the campaign's statistics (its successor taking over if it is
+        the one prepared for them); None if none (or unversioned)."""
+        if version is None:
+            return None
         kept = self._kept.get(campaign_id)
-        return kept[1] if kept is not None and version is not None and kept[0] == version else None
+        if kept is not None and kept.version == version:
+            return kept.model
+        successor = self._successors.get(campaign_id)
+        if successor is not None and successor.version == version:
+            self._kept[campaign_id] = self._successors.pop(campaign_id)
+            return successor.model
+        return None
 
     def prepare(self, campaign: Campaign, state: StateSnapshot, now: int) -> PreparedModel:
         """The model of ``state`` at ``now``, kept if the state is versioned."""
         model = campaign.contextual_policy.prepare(linear_stats(campaign, state, now))
         if state.version is not None:
-            self._kept[campaign.id] = (state.version, model)
+            self._kept[campaign.id] = _Kept(state.version, model, 0)
         return model
+
+    def follow(self, campaign_id: str, version: StateVersion | None, decision: Pull) -> None:
+        """The successor of the model kept for ``version``, from which ``decision`` was just taken alone."""
+        kept = self._kept.get(campaign_id)
+        if version is None or kept is None or kept.version != version or kept.chained >= FRESH_EVERY:
+            return
+        assert decision.features is not None, "a contextual decision carries its features"
+        model = kept.model.with_decision(decision.arm, decision.features, decision.footprint)
+        after = replace(version, decisions=version.decisions + 1)
+        self._successors[campaign_id] = _Kept(after, model, kept.chained + 1)
 
     def prepare_next(self, campaign: Campaign, state: StateSnapshot | None, now: int) -> None:
         """The model of ``state``, the snapshot the worker holds (no I/O), made ready for the next request:
-        only where the kept one is of another version of the same histogram read, whose matured cells were
-        folded and gauges published when its first request prepared it (a new read waits for its request)."""
-        kept = self._kept.get(campaign.id)
-        if state is None or state.version is None or kept is None or kept[0] == state.version:
+        only where none serves it yet and the kept one is of another version of the same histogram read,
+        whose matured cells were folded and gauges published when its first request prepared it (a new read
+        waits for its request)."""
+        if state is None or state.version is None or self.kept(campaign.id, state.version) is not None:
             return
-        if (kept[0].policy, kept[0].read) == (state.version.policy, state.version.read):
+        kept = self._kept.get(campaign.id)
+        if kept is not None and (kept.version.policy, kept.version.read) == (state.version.policy, state.version.read):
             self.prepare(campaign, state, now)
 
     def forget(self, campaign_id: str) -> None:
-        """Drop the model of a campaign that decides no more (archived)."""
+        """Drop the models of a campaign that decides no more (archived)."""
         self._kept.pop(campaign_id, None)
+        self._successors.pop(campaign_id, None)
 
 
 def choose_offers(

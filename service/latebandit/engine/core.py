@@ -305,13 +305,16 @@ class DecisionEngine:
         """The decisions of one group commit, taken at the batch's time from the same statistics (engine/choosing.py
         picks their arms, each its own draw; engine/contextual.py a contextual campaign's, in turn) and recorded
         by one store call. Once a lone decision is answered, the next one's choice is made ready from the
-        statistics then held."""
+        statistics then held; a lone contextual decision's successor model is prepared sooner, while the store
+        records it (the callback runs once this coroutine waits for the store's reply)."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id, _ in requests]
         now = self.clock()
         state = await self.store.snapshot(campaign, self.options.snapshot_interval)
         if campaign.contextual:
             pulls = await self._contextual_pulls(campaign, state, now, requests)
+            if len(pulls) == 1:  # its successor model, prepared while the store records it (the worker waits)
+                asyncio.get_running_loop().call_soon(self._models.follow, campaign.id, state.version, pulls[0])
         else:
             chosen = await self.chooser.choose(campaign, state, now, len(requests))
             pulls = [

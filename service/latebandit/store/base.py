@@ -121,6 +121,9 @@ class StateVersion:
     decisions: int
 
 
+Decided = tuple[int, np.ndarray]  # a contextual decision's block (its arm) and features A
+
+
 @dataclass(frozen=True)
 class LinearSums:
     """A contextual campaign's model sums per block (an arm of a context campaign; the one block of an actions
@@ -135,7 +138,7 @@ class LinearSums:
     def zeros(cls, blocks: int, d: int) -> LinearSums:
         return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
 
-    def with_decisions(self, added: list[tuple[int, np.ndarray]]) -> LinearSums:
+    def with_decisions(self, added: list[Decided]) -> LinearSums:
         """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
         inverses held updated with them, or dropped (Inverses.with_decisions)."""
         gram = self.gram.copy()
@@ -147,8 +150,14 @@ class LinearSums:
 
 def grams_by_block(blocks: np.ndarray, features: np.ndarray) -> dict[int, np.ndarray]:
     """Per block, the Σ AAᵀ of the decisions (blocks (n,), features (n, d)), one product per block: what a
-    worker adds for its own decisions, and what a ``decided`` string holds (store/redis.py)."""
-    return {int(k): (rows := features[blocks == k]).T @ rows for k in np.unique(blocks)}
+    worker adds for its own decisions, and what a ``decided`` string holds (store/redis.py). The blocks are
+    told apart by a set of Python ints, and rows are selected only where there are several: an actions
+    campaign has one block, and a worker's own decisions are mostly one (np.unique and a mask were most of
+    what the decision made ready after each answer cost, docs/benchmarks.md)."""
+    distinct = set(blocks.tolist())
+    if len(distinct) == 1:
+        return {distinct.pop(): features.T @ features}
+    return {k: (rows := features[blocks == k]).T @ rows for k in distinct}
 
 
 @dataclass

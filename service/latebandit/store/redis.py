@@ -49,6 +49,7 @@ from latebandit.store.base import (
     CampaignMoved,
     CampaignRefused,
     Counters,
+    Decided,
     DecisionResult,
     DecisionStatus,
     Histogram,
@@ -129,8 +130,11 @@ class _Cached:
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
     model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions in ``own``
     # this worker's contextual decisions (block, A) recorded since, not yet in ``model``: added when a snapshot
-    # is taken, which for a decision taken alone is after its answer (engine/core.py prepares the next one)
-    own: list[tuple[int, np.ndarray]] = dataclasses.field(default_factory=list)
+    # is taken
+    own: list[Decided] = dataclasses.field(default_factory=list)
+    # ``model`` plus the decisions being recorded, summed while their script runs (``sum_ahead``): the sums
+    # it was computed from, those decisions, and the result, which ``add_own`` takes if all were new
+    ahead: tuple[LinearSums, list[Decided], LinearSums] | None = None
 
     def version(self) -> StateVersion:
         return StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
@@ -139,6 +143,21 @@ class _Cached:
         if self.own and self.model is not None:
             self.model, self.own = self.model.with_decisions(self.own), []
         return StateSnapshot(self.counters, self.histogram, self.delays, self.version(), self.model)
+
+    def sum_ahead(self, decisions: list[Decided]) -> None:
+        """``model`` plus ``decisions``, computed before the store says they are new: the worker would wait
+        for the store's reply meanwhile, and the next snapshot finds them added."""
+        if self.model is not None and not self.own:
+            self.ahead = (self.model, decisions, self.model.with_decisions(decisions))
+
+    def add_own(self, decisions: list[Decided], new: list[bool]) -> None:
+        """This worker's recorded ``decisions`` (``new``: those the store counted) join its model: summed ahead
+        if all were new and the model is the one they were summed on, else at the next snapshot."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[0] is self.model and ahead[1] is decisions and all(new) and not self.own:
+            self.model = ahead[2]
+        else:
+            self.own += [decision for decision, counted in zip(decisions, new, strict=True) if counted]
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
@@ -580,11 +599,15 @@ class RedisStore:
             if contextual:
                 assert pull.features is not None and pull.bucket == pulls[0].bucket, "one moment's decisions"
                 args += [pull.features.astype("<f8").tobytes(), repr(pull.footprint)]
+        decisions: list[Decided] = []
         if contextual:
             keys += [self.keys.decided(campaign.id), self.keys.features(campaign.id, pulls[0].bucket)]
+            decisions = [(pull.arm, pull.features) for pull in pulls if pull.features is not None]
+            if held is not None:  # summed while the script runs (the callback runs once this call waits)
+                asyncio.get_running_loop().call_soon(held.sum_ahead, decisions)
         statuses, earlier, reply, decided = await self._run("record_decisions", keys, args)
         if contextual:
-            self._add_own_decisions(campaign, pulls, statuses, None if sent is None else sent[1])
+            self._add_own_decisions(campaign, decisions, statuses, None if sent is None else sent[1])
             if decided >= decided_bytes(campaign, FOLD_AFTER):
                 self._fold_soon(campaign)
         counters = self._counters_after(campaign, reply, sent, [pull.arm for pull in pulls], statuses)
@@ -594,7 +617,7 @@ class RedisStore:
         ]
 
     def _add_own_decisions(
-        self, campaign: Campaign, pulls: Sequence[Pull], statuses: list[int], sent: StateVersion | None
+        self, campaign: Campaign, decisions: list[Decided], statuses: list[int], sent: StateVersion | None
     ) -> None:
         """This worker's new contextual decisions, for the model it holds: its next decisions see them before
         the next read. Only while it holds the state ``sent`` with them: a read that replaced it meanwhile may
@@ -602,11 +625,7 @@ class RedisStore:
         model prepared for a version must be the one that version holds (engine/contextual.py)."""
         cached = self._cached(campaign)
         if cached is not None and cached.model is not None and cached.version() == sent:
-            cached.own += [
-                (pull.arm, pull.features)
-                for pull, status in zip(pulls, statuses, strict=True)
-                if status == 0 and pull.features is not None
-            ]
+            cached.add_own(decisions, [status == 0 for status in statuses])
 
     def _fold_soon(self, campaign: Campaign) -> None:
         """A fold of the campaign's ``decided`` string (``fold_model``) in the background, one at a time per
