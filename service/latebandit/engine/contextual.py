@@ -167,16 +167,16 @@ class PreparedModels:
         self._successors: dict[str, _Kept] = {}
 
     def kept(self, campaign_id: str, version: StateVersion | None) -> PreparedModel | None:
-        """The model kept for ``version`` of the campaign's statistics (its successor taking over if it is
-        the one prepared for them); None if none (or unversioned)."""
+        """The model kept for ``version`` of the campaign's statistics (the successor taking over if it is the
+        one prepared for them); None if none (or unversioned). A successor serves only the statistics right
+        after its decision: found at the kept version again (its decision was a retry, not counted), it goes."""
         if version is None:
             return None
-        kept = self._kept.get(campaign_id)
+        kept, successor = self._kept.get(campaign_id), self._successors.pop(campaign_id, None)
         if kept is not None and kept.version == version:
             return kept.model
-        successor = self._successors.get(campaign_id)
         if successor is not None and successor.version == version:
-            self._kept[campaign_id] = self._successors.pop(campaign_id)
+            self._kept[campaign_id] = successor
             return successor.model
         return None
 
