@@ -420,10 +420,10 @@ class Campaign(CampaignSpec):
     def with_arms(self, added: Sequence[str], retired: Sequence[str], restart: bool) -> Campaign:
         """The campaign after adding and retiring these arms (ArmsRefused if it cannot take them): the next
         arms version, and with ``restart`` the next policy version too (a fresh state, as a policy change)."""
-        if self.contextual:
+        if self.offers == "actions":
             raise ArmsRefused(
                 "policy_cannot_change_arms",
-                "a contextual campaign's arms (its model's blocks) are fixed: create a campaign for a new arm set",
+                "an actions campaign has no arms: each request offers its own actions",
             )
         if self.arms_need_restart and not restart:
             raise ArmsRefused(
@@ -452,7 +452,8 @@ class Campaign(CampaignSpec):
         }  # fmt: skip
         try:
             changed = Campaign(**body)
-            check_floor(changed.policy_impl, changed.exploration_floor)
+            if not changed.contextual:  # a context campaign's arms are its model's blocks: no arm policy
+                check_floor(changed.policy_impl, changed.exploration_floor)
         except ValueError as invalid:
             raise ArmsRefused("invalid_arm_change", str(invalid)) from invalid
         return changed

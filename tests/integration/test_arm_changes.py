@@ -85,6 +85,12 @@ def test_what_an_arm_change_may_not_do() -> None:
         planning.with_arms(["d"], [], False)
     assert refused.value.code == "policy_cannot_change_arms"
     assert planning.with_arms(["d"], [], True).version == 2
+    linear = {"policy": {"name": "otf-linucb"}, "features": 2, "window": 600.0}
+    context = Campaign(**{"id": "ctx", "arms": ["a", "b"], **linear}).with_arms(["c"], ["b"], False)
+    assert (context.arms, context.retired, context.active_arms, context.version) == (["a", "b", "c"], ["b"], (0, 2), 1)
+    with pytest.raises(ArmsRefused) as refused:  # an actions campaign has no arms: its requests offer actions
+        Campaign(**{"id": "feed", **linear}).with_arms(["c"], [], False)
+    assert refused.value.code == "policy_cannot_change_arms"
 
 
 def test_policies_see_the_active_arms_alone() -> None:

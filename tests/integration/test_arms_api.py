@@ -82,3 +82,24 @@ async def test_a_schedule_policy_takes_new_arms_only_with_a_restart(tmp_path) ->
         assert state["decisions"] == 1 and state["arms"]["b"]["retired"] is True
         planned = state["policy_state"]["plan"]  # the plan names arms by the campaign's indices: never b's
         assert {segment["arm"] for segment in [*planned["segments"], planned["hold"]]} == {0, 2}
+
+
+async def test_a_context_campaign_changes_arms_and_an_actions_one_has_none(tmp_path) -> None:
+    linear = {"policy": {"name": "linucb"}, "features": 2, "window": 600}
+    clock = ManualClock()
+    async with served(embedded(tmp_path), clock) as http:
+        assert (await http.post("/campaigns", json={"id": "ctx", "arms": ["a", "b"], **linear})).status_code == 201
+        assert (await http.post("/campaigns", json={"id": "feed", **linear})).status_code == 201
+        for _ in range(4):
+            clock.advance(1)
+            await http.post("/choose", json={"campaign": "ctx", "context": [0.6, 0.8]})
+        assert (await http.post("/campaigns/ctx/arms", json={"arm": "c"})).status_code == 201
+        clock.advance(1)
+        opened = (await http.post("/choose", json={"campaign": "ctx", "context": [0.6, 0.8]})).json()
+        assert opened["arm"] == "c"  # nothing decided on its block: the widest interval
+        assert (await http.delete("/campaigns/ctx/arms/b")).status_code == 200
+        state = (await http.get("/campaigns/ctx/state")).json()
+        assert list(state["model"]["arms"]) == ["a", "b", "c"] and state["model"]["decisions"] == 5
+        refused = await http.post("/campaigns/feed/arms", json={"arm": "x"})
+        assert refused.status_code == 409 and refused.json()["error"] == "policy_cannot_change_arms"
+        assert "no arms" in refused.json()["detail"]

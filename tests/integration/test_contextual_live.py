@@ -61,6 +61,7 @@ operations = st.lists(
         st.tuples(st.just("choose"), st.integers(0, 1), st.integers(1, 3), st.integers(0, 10_000)),
         st.tuples(st.just("convert"), st.integers(0, 1), st.integers(0, 60), st.integers(0, 900)),
         st.tuples(st.just("wait"), st.integers(1, 1200)),
+        st.tuples(st.just("arms"), st.integers(0, 1), st.integers(0, 20)),  # a context campaign's: add or retire
     ),
     min_size=1,
     max_size=25,
@@ -72,12 +73,15 @@ operations = st.lists(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=operations)
 async def test_live_model_equals_the_replay(request, monkeypatch, kind, form, steps) -> None:
-    """Redis folds its ``decided`` string every 2 decisions here, either worker, while the other decides."""
+    """Redis folds its ``decided`` string every 2 decisions here, either worker, while the other decides; a
+    context campaign's arms are added and retired meanwhile (an added arm is a new model block, a retired one
+    is never chosen)."""
     monkeypatch.setattr(redis_store, "FOLD_AFTER", 2)
     clock = Clock()
     async with workers(request, kind, clock) as engines:
         await engines[0].create_campaign(CampaignSpec(**SPECS[form]))
         decisions: list[Decision] = []
+        retired: set[str] = set()
         for step in steps:
             engine = engines[step[1] % len(engines)] if step[0] != "wait" else engines[0]
             clock.now += 1000
@@ -85,7 +89,16 @@ async def test_live_model_equals_the_replay(request, monkeypatch, kind, form, st
                 for k in range(step[2]):
                     decision = await engine.choose("ctx", offer=offer(form, step[3] + k))
                     assert not decision.fallback and 0 < decision.propensity <= 1
+                    assert decision.arm not in retired
                     decisions.append(decision)
+            elif step[0] == "arms" and form == "context":
+                campaign = await engine.campaign("ctx")
+                retirable = [arm for arm in campaign.arms if arm not in retired and arm != campaign.default_arm]
+                if step[2] % 2 and len(retirable) > 1:
+                    retired.add(arm := retirable[step[2] % len(retirable)])
+                    await engine.change_arms("ctx", [], [arm])
+                else:
+                    await engine.change_arms("ctx", [f"new{step[2]}-{len(decisions)}-{len(retired)}-{clock.now}"], [])
             elif step[0] == "convert" and decisions:
                 decision = decisions[step[2] % len(decisions)]
                 at = engine.signer.verify(decision.decision_id).decided_at + step[3] * MICROS
@@ -97,6 +110,36 @@ async def test_live_model_equals_the_replay(request, monkeypatch, kind, form, st
         assert live["model"]["decisions"] == len(decisions)
         replayed = await replayed_state(await audit_lines(engines[0].store, "ctx"), "ctx", clock.now)
         assert_same_state(live, replayed)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_context_campaign_opens_an_added_arm_and_never_chooses_a_retired_one(request, kind) -> None:
+    """Deterministic UCB on one repeated context: an added arm is a new block with nothing decided, whose
+    width is the largest, so the next decision opens it, whichever worker takes it (the other one holds the
+    earlier arm set and reloads); a retired arm's block stays in the model and GET /state, and is never
+    chosen again."""
+    clock = Clock()
+    spec = {"id": "ctx", "arms": ["a", "b"], "features": 2, "window": 600.0, "policy": {"name": "linucb"}}
+    same = Offer(np.array([[0.6, 0.8]]), None)
+    async with workers(request, kind, clock) as engines:
+        first, last = engines[0], engines[-1]
+        await first.create_campaign(CampaignSpec(**spec))
+        for _ in range(6):
+            clock.now += MICROS
+            await last.choose("ctx", offer=same)
+        await first.change_arms("ctx", ["c"], [])
+        clock.now += MICROS
+        assert (await last.choose("ctx", offer=same)).arm == "c"
+        await first.change_arms("ctx", [], ["b"])
+        chosen = []
+        for _ in range(8):
+            clock.now += MICROS
+            chosen.append((await engines[len(chosen) % len(engines)].choose("ctx", offer=same)).arm)
+        assert "b" not in chosen and set(chosen) == {"a", "c"}
+        state = await last.state("ctx", clock.now)
+        assert list(state["model"]["arms"]) == ["a", "b", "c"] and state["model"]["decisions"] == 15
+        replayed = await replayed_state(await audit_lines(first.store, "ctx"), "ctx", clock.now)
+        assert_same_state(state, replayed)
 
 
 @pytest.mark.redis

@@ -83,11 +83,12 @@ def uneven_actions(rng: np.random.Generator) -> tuple[Offer, np.ndarray]:
 
 async def serve(
     spec: dict[str, Any], offers: Callable[[np.random.Generator], tuple[Offer, np.ndarray]], decisions: int,
-    database_url: str | None = None,
+    database_url: str | None = None, arm_changes: dict[int, tuple[list[str], list[str]]] | None = None,
 ) -> Served:  # fmt: skip
     """``decisions`` requests, each converting with its chosen action's probability after an exponential delay;
     conversions are sent RECEIPT_LAG after they occurred, before the next request. The audit log goes to
-    ``database_url`` too when given."""
+    ``database_url`` too when given. ``arm_changes``: the arms added and retired before the request of that
+    number (a context campaign's; ``offers`` gives a probability for every arm it will have)."""
     clock = Clock()
     store = MemoryStore(clock=clock)
     engine = DecisionEngine(store, TokenSigner("c" * 32), clock, np.random.default_rng(3),
@@ -96,8 +97,12 @@ async def serve(
     world = np.random.default_rng(4)
     pending: list[tuple[int, str, Decision]] = []
     probabilities = {}
-    for _ in range(decisions):
+    arms = list(spec.get("arms", []))
+    for number in range(decisions):
         clock.now += EVERY
+        if number in (arm_changes or {}):
+            added, retired = (arm_changes or {})[number]
+            arms += (await engine.change_arms("ctx", added, retired)).arms[len(arms) :]
         due = []
         while pending and pending[0][0] + RECEIPT_LAG <= clock.now:
             occurred, _, decision = heapq.heappop(pending)
@@ -107,7 +112,7 @@ async def serve(
         offer, converts = offers(world)
         decision = await engine.choose("ctx", offer=offer)
         probabilities[decision.decision_id] = converts
-        chosen = offer.labels.index(decision.arm) if offer.labels else spec["arms"].index(decision.arm)
+        chosen = offer.labels.index(decision.arm) if offer.labels else arms.index(decision.arm)
         if world.random() < converts[chosen]:
             delay = round(world.exponential(DELAY_MEAN) * MICROS)
             heapq.heappush(pending, (clock.now + delay, decision.decision_id, decision))
@@ -181,6 +186,30 @@ def test_the_logging_policy_replays_its_own_log_decision_for_decision() -> None:
         assert estimate.value == pytest.approx(np.mean(rewards), rel=1e-12)
     with pytest.raises(NotEvaluable, match="deterministic"):  # the check has teeth: the log cannot evaluate
         evaluate_contextual(log, "otf-linucb", {"alpha": 0.2, "correction": "none"})  # another index
+
+
+def test_a_context_campaign_is_evaluated_through_its_arm_changes() -> None:
+    """A context campaign whose arms changed while it served (one added, then one retired): the evaluated
+    policy follows the log's arm set, choosing the added arm only after it came and the retired one only
+    before it went, and the log is evaluated with its interval."""
+    thetas = 0.6 * np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.4, 0.4, 0.4]])
+
+    def four_arms(rng: np.random.Generator) -> tuple[Offer, np.ndarray]:
+        features = rng.uniform(0.0, 0.57, 3)  # norm below 1
+        return Offer(features[None], None), thetas @ features
+
+    spec = {**SPECS["context"], "arms": ["a", "b", "c"]}
+    served = asyncio.run(serve(spec, four_arms, 900, arm_changes={300: (["d"], []), 600: ([], ["b"])}))
+    log = read_contextual_log(served.lines, None, None)
+    assert [(change.added, change.retired) for change in log.log.arm_changes] == [(("d",), ()), ((), ("b",))]
+    logged = [offer.chosen for offer in log.offers]
+    assert 3 not in logged[:300] and 1 not in logged[600:]  # what the service served
+    evaluation = evaluate_contextual(log, *GOOD)
+    assert evaluation.choices is not None
+    choices = evaluation.choices.tolist()
+    assert 3 not in choices[:300] and 3 in choices[300:] and 1 in choices[:600] and 1 not in choices[600:]
+    low, high = evaluation.primary.ci95
+    assert low < evaluation.primary.value < high
 
 
 def export(served: Served, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

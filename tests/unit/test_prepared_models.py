@@ -34,7 +34,7 @@ def test_a_successor_serves_the_statistics_right_after_its_decision() -> None:
     model = models.prepare(campaign, snapshot(campaign, V), 0)
     assert isinstance(model, PreparedIndex)
     assert models.kept("ctx", V) is model
-    models.follow("ctx", V, decision([0.3, -0.2, 0.1], 0.25))
+    models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
     after = replace(V, decisions=11)
     successor = models.kept("ctx", after)
     assert isinstance(successor, PreparedIndex) and successor is not model
@@ -49,7 +49,7 @@ def test_a_successor_goes_when_its_decision_was_not_counted() -> None:
     campaign = Campaign(**SPEC)
     models = PreparedModels()
     model = models.prepare(campaign, snapshot(campaign, V), 0)
-    models.follow("ctx", V, decision([0.3, -0.2, 0.1], 0.25))
+    models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
     assert models.kept("ctx", V) is model
     assert models.kept("ctx", replace(V, decisions=11)) is None
 
@@ -59,7 +59,7 @@ def test_no_successor_across_a_write_a_read_or_another_decision_count() -> None:
     for other in (replace(V, stamp=b"6", decisions=11), replace(V, read=8, decisions=11), replace(V, decisions=12)):
         models = PreparedModels()
         models.prepare(campaign, snapshot(campaign, V), 0)
-        models.follow("ctx", V, decision([0.3, -0.2, 0.1], 0.25))
+        models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
         assert models.kept("ctx", other) is None
 
 
@@ -70,8 +70,8 @@ def test_a_chain_of_successors_is_cut_after_fresh_every_decisions() -> None:
     models.prepare(campaign, snapshot(campaign, V), 0)
     version = V
     for _ in range(FRESH_EVERY):
-        models.follow("ctx", version, decision([0.01, 0.02, 0.0], 0.0))
+        models.follow(campaign, version, decision([0.01, 0.02, 0.0], 0.0))
         version = replace(version, decisions=version.decisions + 1)
         assert models.kept("ctx", version) is not None
-    models.follow("ctx", version, decision([0.01, 0.02, 0.0], 0.0))
+    models.follow(campaign, version, decision([0.01, 0.02, 0.0], 0.0))
     assert models.kept("ctx", replace(version, decisions=version.decisions + 1)) is None

@@ -135,6 +135,19 @@ def linear_stats(campaign: Campaign, state: StateSnapshot, now: int) -> LinearSt
     )
 
 
+def policy_stats(campaign: Campaign, state: StateSnapshot, now: int) -> LinearStats:
+    """What the policy decides from: ``linear_stats`` of the campaign's active arms alone, in order (a retired
+    arm is never chosen; ``model_block`` names an arm's row), as an arm campaign's policy sees its active arms
+    (Campaign.on_active_arms)."""
+    stats = linear_stats(campaign, state, now)
+    return stats.on_runs(campaign.active_arms) if campaign.retired else stats
+
+
+def model_block(campaign: Campaign, arm: int) -> int:
+    """Where arm ``arm`` (a campaign arm index, an actions campaign's block 0) is among the policy's rows."""
+    return campaign.active_arms.index(arm) if campaign.retired else arm
+
+
 def matured_cells(campaign: Campaign, state: StateSnapshot, now: int) -> np.ndarray:
     """(n,) bool: the histogram cells wholly older than the window, which the store folds away."""
     return (state.histogram.bucket + 1) * campaign.bucket_width_us <= now - campaign.window_us
@@ -182,20 +195,20 @@ class PreparedModels:
 
     def prepare(self, campaign: Campaign, state: StateSnapshot, now: int) -> PreparedModel:
         """The model of ``state`` at ``now``, kept if the state is versioned."""
-        model = campaign.contextual_policy.prepare(linear_stats(campaign, state, now))
+        model = campaign.contextual_policy.prepare(policy_stats(campaign, state, now))
         if state.version is not None:
             self._kept[campaign.id] = _Kept(state.version, model, 0)
         return model
 
-    def follow(self, campaign_id: str, version: StateVersion | None, decision: Pull) -> None:
+    def follow(self, campaign: Campaign, version: StateVersion | None, decision: Pull) -> None:
         """The successor of the model kept for ``version``, from which ``decision`` was just taken alone."""
-        kept = self._kept.get(campaign_id)
+        kept = self._kept.get(campaign.id)
         if version is None or kept is None or kept.version != version or kept.chained >= FRESH_EVERY:
             return
         assert decision.features is not None, "a contextual decision carries its features"
-        model = kept.model.with_decision(decision.arm, decision.features, decision.footprint)
+        model = kept.model.with_decision(model_block(campaign, decision.arm), decision.features, decision.footprint)
         after = replace(version, decisions=version.decisions + 1)
-        self._successors[campaign_id] = _Kept(after, model, kept.chained + 1)
+        self._successors[campaign.id] = _Kept(after, model, kept.chained + 1)
 
     def prepare_next(self, campaign: Campaign, state: StateSnapshot | None, now: int) -> None:
         """The model of ``state``, the snapshot the worker holds (no I/O), made ready for the next request:
@@ -222,10 +235,10 @@ def choose_offers(
     for number, offer in enumerate(offers):
         if number:  # each decision seen by the next (the last one's by the next read, or the store's own sums)
             previous = chosen[-1]
-            model = model.with_decision(previous.block, previous.features, previous.footprint)
+            model = model.with_decision(model_block(campaign, previous.block), previous.features, previous.footprint)
         if offer.labels is None:
             choice = model.choose_arm(offer.vectors[0], rng)
-            block = int(choice.action[0])
+            block = campaign.active_arms[int(choice.action[0])]
             label, features = campaign.arms[block], offer.vectors[0]
         else:
             choice = model.choose(offer.vectors[None], rng)
@@ -262,7 +275,7 @@ def model_state(campaign: Campaign, state: StateSnapshot, now: int) -> dict[str,
     ``correction_share`` is how much of the exploration width the delay correction makes (the worst arm's)."""
     stats = linear_stats(campaign, state, now)
     policy = campaign.contextual_policy
-    rows = [policy.policy_state(stats.block(k)) for k in range(len(campaign.arms))]
+    rows = [policy.policy_state(stats.on_runs([k])) for k in range(len(campaign.arms))]
     theta = [value for row in rows for value in row["theta"]]
     body: dict[str, Any] = {
         "d": campaign.features,

@@ -314,7 +314,7 @@ class DecisionEngine:
         if campaign.contextual:
             pulls = await self._contextual_pulls(campaign, state, now, requests)
             if len(pulls) == 1:  # its successor model, prepared while the store records it (the worker waits)
-                asyncio.get_running_loop().call_soon(self._models.follow, campaign.id, state.version, pulls[0])
+                asyncio.get_running_loop().call_soon(self._models.follow, campaign, state.version, pulls[0])
         else:
             chosen = await self.chooser.choose(campaign, state, now, len(requests))
             pulls = [

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -91,9 +91,10 @@ class Inverses:
                 entries[ridge] = (updated, updates + len(added))
         return Inverses(entries)
 
-    def block(self, run: int) -> Inverses:
-        """The memo of run ``run``'s gram alone (LinearStats.block), sharing what is held."""
-        return Inverses({ridge: (inverse[run : run + 1], n) for ridge, (inverse, n) in self._entries.items()})
+    def on_runs(self, runs: Sequence[int]) -> Inverses:
+        """The memo of these runs' grams alone, in that order (LinearStats.on_runs)."""
+        index = list(runs)
+        return Inverses({ridge: (inverse[index], n) for ridge, (inverse, n) in self._entries.items()})
 
 
 @dataclass(frozen=True)
@@ -144,14 +145,15 @@ class LinearStats:
             inverses=self.inverses.with_decisions([(run, features)]),
         )  # fmt: skip
 
-    def block(self, run: int) -> LinearStats:
-        """Run ``run``'s sums alone (R = 1)."""
-        window_gram, window_actions = (None if part is None else part[run : run + 1]
+    def on_runs(self, runs: Sequence[int]) -> LinearStats:
+        """These runs' sums alone, in that order: one arm's (R = 1), or a context campaign's active arms (the
+        blocks its policy chooses among)."""
+        index = list(runs)
+        window_gram, window_actions = (None if part is None else part[index]
                                        for part in (self.window_gram, self.window_actions))  # fmt: skip
         return LinearStats(
-            self.gram[run : run + 1], self.reward[run : run + 1], self.decisions[run : run + 1],
-            self.window_count[run : run + 1], self.window_footprint[run : run + 1], window_gram, window_actions,
-            self.inverses.block(run),
+            self.gram[index], self.reward[index], self.decisions[index], self.window_count[index],
+            self.window_footprint[index], window_gram, window_actions, self.inverses.on_runs(index),
         )  # fmt: skip
 
 

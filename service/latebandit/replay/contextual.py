@@ -2,15 +2,16 @@
 earned on the logged requests, delays re-enacted.
 
 The log must say what each request offered: an actions campaign logs it only with ``log_actions`` (each
-decision's ``actions``, ids and features); a context campaign's decision carries its context (``features``)
-and its arms are fixed. The evaluated policy replays the log in time order. At each logged decision it
-chooses, with the injected generator, among the logged actions (``choose_actions``) or among the arms with
-the logged context (``choose_arm``), from its own statistics; where it agrees with the log the decision is
-accepted with probability 1/(M·μ) (rejection sampling, M = min(clip, max 1/μ); on a uniform log of K
-actions, M = K and every agreement is accepted: the replay of Li et al. 2011). An accepted decision enters
-its statistics as the service would record it: the same MemoryStore and LinearStats view as /choose
-(engine/contextual.py), the chosen features added to V with the policy's own footprint, and each of its
-conversions added to b once the service had received it (``received_at``), counted only within the window.
+decision's ``actions``, ids and features); a context campaign's decision carries its context (``features``).
+The evaluated policy replays the log in time order. At each logged decision it chooses, with the injected
+generator, among the logged actions (``choose_actions``) or among the arms active then with the logged context
+(``choose_arm``; arms added and retired as the log's ``arms`` lines say), from its own statistics; where it
+agrees with the log the decision is accepted with probability 1/(M·μ) (rejection sampling, M = min(clip, max
+1/μ); on a uniform log of K actions, M = K and every agreement is accepted: the replay of Li et al. 2011). An
+accepted decision enters its statistics as the service would record it: the same MemoryStore and LinearStats
+view as /choose (engine/contextual.py), the chosen features added to V with the policy's own footprint, and
+each of its conversions added to b once the service had received it (``received_at``), counted only within the
+window.
 
 Its probability of the logged choice is the agreement itself (0 or 1, one draw), so w_k = 1{agree}/μ_k is
 an unbiased importance weight: ``ips`` and ``snips`` average it over every decision whose reward is known,
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from latebandit.campaign import Campaign
-from latebandit.engine.contextual import linear_stats, matured_cells
+from latebandit.engine.contextual import matured_cells, policy_stats
 from latebandit.policies import POLICIES
 from latebandit.policies.linear import CONTEXTUAL_POLICIES, ContextualPolicy, LinearStats, make_contextual_policy
 from latebandit.replay.estimators import LoggedArrays, ips, replay, snips
@@ -81,13 +82,19 @@ def read_contextual_log(lines: Iterable[dict[str, Any]], campaign_id: str | None
             f"{unlogged} of {len(read.decisions)} decisions of campaign {campaign.id!r} do not log the actions "
             "their request offered, which an evaluation chooses among: set log_actions on the campaign"
         )
-    paired = sorted((_pair(campaign, moment, line, read) for moment, line in read.decisions), key=lambda p: p[0].at)
-    log = CampaignLog(campaign, [decision for decision, _ in paired], read.end, read.skipped)
+    every_arm = [*campaign.arms, *(arm for change in read.arm_changes for arm in change.added)]
+    arm_index = {arm: index for index, arm in enumerate(every_arm)}
+    paired = sorted((_pair(campaign, arm_index, moment, line, read) for moment, line in read.decisions),
+                    key=lambda p: p[0].at)  # fmt: skip
+    log = CampaignLog(campaign, [decision for decision, _ in paired], read.end, read.skipped, read.arm_changes)
     return ContextualLog(log, [offer for _, offer in paired])
 
 
-def _pair(campaign: Campaign, moment: int, line: dict[str, Any], read: LogLines) -> tuple[LoggedDecision, LoggedOffer]:
-    """The logged decision (its arm: its model block) and its offer; NotEvaluable for one that does not fit."""
+def _pair(
+    campaign: Campaign, arm_index: dict[str, int], moment: int, line: dict[str, Any], read: LogLines
+) -> tuple[LoggedDecision, LoggedOffer]:
+    """The logged decision (its arm: its model block, by ``arm_index`` of every arm the campaign had by the
+    log's end) and its offer; NotEvaluable for one that does not fit."""
     name = f"decision {line['decision_id'][:40]!r}"
     if campaign.offers == "actions":
         actions = line["actions"] if isinstance(line["actions"], list) else []
@@ -98,9 +105,9 @@ def _pair(campaign: Campaign, moment: int, line: dict[str, Any], read: LogLines)
             raise NotEvaluable(f"{name} chose {line['arm']!r}, which is not among the actions it logs")
         block, chosen, rows = 0, ids.index(line["arm"]), [action.get("features") for action in line["actions"]]
     else:
-        if line["arm"] not in campaign.arm_index:
+        if line["arm"] not in arm_index:
             raise NotEvaluable(f"{name} names an unknown arm {line['arm']!r}")
-        block = chosen = campaign.arm_index[line["arm"]]
+        block = chosen = arm_index[line["arm"]]
         rows = [line.get("features")]
     try:
         vectors = np.array(rows, dtype=np.float64)
@@ -156,7 +163,7 @@ def evaluate_contextual(
         "snips": snips(single, agreed[:, None], clip),
     }
     sizes = np.array([len(campaign.arms) if campaign.offers == "context" else len(o.vectors) for o in log.offers])
-    uniform = bool(np.allclose(arrays.propensity * sizes, 1.0, rtol=1e-9, atol=0.0))
+    uniform = not log.log.arm_changes and bool(np.allclose(arrays.propensity * sizes, 1.0, rtol=1e-9, atol=0.0))
     primary = estimator or ("replay" if uniform else "snips")
     return conclude(
         log.log, name, params, arrays, agreed, played.accepted, estimates, primary, clip, choices=played.choices
@@ -189,16 +196,18 @@ async def _replay(
     accept_draws = rng.random(len(decisions))
     choices = np.zeros(len(decisions), dtype=np.int64)
     accepted = np.zeros(len(decisions), dtype=bool)
+    changes = list(reversed(log.log.arm_changes))
     for k, (decision, offer) in enumerate(zip(decisions, log.offers, strict=True)):
         await history.advance(decision.at)
+        while changes and changes[-1].at <= decision.at:
+            await history.change_arms(changes.pop())
         stats = await _statistics(history)
         if campaign.offers == "actions":
             choice = policy.choose_actions(stats, offer.vectors[None], rng)
-            features = offer.vectors[offer.chosen]
-        else:
+            choices[k], features = int(choice.action[0]), offer.vectors[offer.chosen]
+        else:  # among the arms active then: the policy's rows (policy_stats)
             choice = policy.choose_arm(stats, offer.vectors[0], rng)
-            features = offer.vectors[0]
-        choices[k] = int(choice.action[0])
+            choices[k], features = history.campaign.active_arms[int(choice.action[0])], offer.vectors[0]
         if choices[k] == offer.chosen and accept_draws[k] < 1.0 / (bound * decision.propensity):
             accepted[k] = True
             pull = replace(history.pull(decision), features=features, footprint=float(choice.footprint[0]))
@@ -215,4 +224,4 @@ async def _statistics(history: History) -> LinearStats:
     if matured.any():
         hist = snapshot.histogram
         await history.store.fold_matured(history.campaign, hist.arm[matured], hist.bucket[matured])
-    return linear_stats(history.campaign, snapshot, history.now)
+    return policy_stats(history.campaign, snapshot, history.now)

@@ -138,6 +138,13 @@ class LinearSums:
     def zeros(cls, blocks: int, d: int) -> LinearSums:
         return cls(np.zeros((blocks, d, d)), np.zeros((blocks, d)))
 
+    def with_blocks(self, blocks: int) -> LinearSums:
+        """These sums with empty blocks appended up to ``blocks``: a context campaign's added arms, which
+        start with no decisions (arms are only ever appended: their indices are their blocks)."""
+        d, more = self.reward.shape[1], blocks - len(self.reward)
+        return LinearSums(np.concatenate([self.gram, np.zeros((more, d, d))]),
+                          np.concatenate([self.reward, np.zeros((more, d))]))  # fmt: skip
+
     def with_decisions(self, added: list[Decided]) -> LinearSums:
         """These sums with the decisions (block, A) added (a worker's own, before its next read), and the
         inverses held updated with them, or dropped (Inverses.with_decisions)."""

@@ -185,6 +185,8 @@ class MemoryStore:
                              (grown.matured, counters.matured), (grown.counted, counters.counted)):  # fmt: skip
             mine[: len(theirs)] = theirs
         memory.counters, memory.delays = grown, _grown(memory.delays, arms)
+        if memory.model is not None:  # a context campaign: its added arms are new, empty model blocks
+            memory.model = memory.model.with_blocks(arms)
         memory.histogram, memory.stamp = None, memory.stamp + 1  # a new read: statistics of another arm set
         self._queue(memory, [record])
         return memory.campaign

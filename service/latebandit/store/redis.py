@@ -645,16 +645,18 @@ class RedisStore:
         """Fold the decisions of a contextual campaign's ``decided`` string into its model's Σ AAᵀ: read both in
         one transaction, add them up here, and write the sums back (store/lua/fold_model.lua) unless another
         fold, a policy change or a rebuild came first. Only when the string holds ``least`` decisions
-        (FOLD_AFTER): the workers that found it long at once fold it once, the others find it short. Whether it
-        folded."""
+        (FOLD_AFTER): the workers that found it long at once fold it once, the others find it short. Only by a
+        worker that holds the stored arm set (a context campaign's blocks: an added arm's decisions name a
+        block an earlier arm set lacks). Whether it folded."""
         cid, blocks, d = campaign.id, len(campaign.arms), campaign.features or 0
         async with self._reachable("fold_model"), self.client.pipeline(transaction=True) as pipe:
-            pipe.hget(self.keys.counters(cid), "v")
+            pipe.hmget(self.keys.counters(cid), ["v", "a"])
             pipe.hgetall(self.keys.model(cid))
             pipe.get(self.keys.decided(cid))
-            version, raw, decided = await pipe.execute()
+            (version, arms_version), raw, decided = await pipe.execute()
         least = FOLD_AFTER if least is None else least
-        if int(version or 1) != campaign.version or not decided or len(decided) < decided_bytes(campaign, least):
+        current = (int(version or 1), int(arms_version or 0)) == (campaign.version, campaign.arms_version)
+        if not current or not decided or len(decided) < decided_bytes(campaign, least):
             return False
         with _readable(campaign, "model"):
             folded = parse_model(raw, decided, blocks, d).gram
