@@ -134,6 +134,30 @@ async def test_a_fold_read_before_a_change_writes_nothing(request, change) -> No
             assert not await store.client.exists(*store.keys.purged("fold")), "a fold brought a key back"
 
 
+async def test_a_worker_holding_another_arm_set_does_not_fold(request) -> None:
+    """After an arm is added, a worker that still holds the earlier arm set folds nothing (the decisions of the
+    added arm name a block it lacks); one holding the new set folds every decision, the added arm's too."""
+    clock, rng = Clock(), np.random.default_rng(6)
+    async with workers(request, "redis", clock) as engines:
+        stale = await engines[0].create_campaign(CampaignSpec(**SPEC))
+        chosen = await decide(engines[0], clock, rng, 3)
+        current = await engines[0].change_arms("fold", ["c"], [])
+        while chosen[-1][0] != 2:  # until the added arm is chosen (its empty block's interval is the widest)
+            clock.now += MICROS
+            offer = context(rng)
+            decision = await engines[0].choose("fold", offer=offer)
+            chosen.append((current.arms.index(decision.arm), offer.vectors[0]))
+        store: RedisStore = engines[1].store  # type: ignore[assignment]
+        assert not await store.fold_model(stale, least=1)
+        assert await store.fold_model(current, least=1)
+        snapshot = await store.snapshot(current)
+        assert snapshot.model is not None
+        grams = np.zeros((3, D, D))
+        for arm, features in chosen:
+            grams[arm] += np.outer(features, features)
+        np.testing.assert_allclose(snapshot.model.gram, grams, rtol=1e-12, atol=1e-12)
+
+
 async def test_a_short_decided_string_is_left_to_grow(request) -> None:
     """The workers that found the string long at once fold it once: the later ones find it short, and go."""
     clock, rng = Clock(), np.random.default_rng(4)
