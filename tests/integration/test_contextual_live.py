@@ -19,9 +19,9 @@ from latebandit.audit.log import AuditLog
 from latebandit.audit.writer import AuditWriter
 from latebandit.campaign import CampaignSpec
 from latebandit.config import Settings
-from latebandit.engine.contextual import Offer, linear_stats
+from latebandit.engine.contextual import Offer, linear_stats, policy_stats
 from latebandit.engine.core import Decision, DecisionEngine, EngineOptions
-from latebandit.policies.linear import OTFLinUCB, PreparedIndex
+from latebandit.policies.linear import OTFLinUCB, PreparedIndex, PreparedStats
 from latebandit.replay.rebuild import rebuild_redis
 from latebandit.store import redis as redis_store
 from latebandit.store.redis import RedisStore
@@ -300,6 +300,36 @@ async def test_a_worker_holds_its_own_counted_decisions_and_no_retried_one(redis
         np.testing.assert_allclose(read.model.gram, held.model.gram, rtol=1e-12, atol=1e-15)
     finally:
         await store.close()
+
+
+@pytest.mark.redis
+async def test_a_retried_request_s_choice_never_joins_the_model(request) -> None:
+    """A retried request is answered with its first decision; the one chosen for the retry is never recorded.
+    Here another worker decided meanwhile, so the store's reply brings exactly the decision count the retry's
+    successor model was prepared for: the model the worker decides from next is still the one of what the
+    store holds (its own first decision in V, the retry's context nowhere)."""
+    clock = Clock()
+    async with workers(request, "redis", clock) as engines:
+        first, other = engines
+        first.options = EngineOptions(snapshot_interval=3600.0)  # one read for the whole test
+        await first.create_campaign(CampaignSpec(**SPECS["context"]))
+        campaign = await first.campaign("ctx")
+        clock.now += MICROS
+        earlier = await first.choose("ctx", "retried", offer("context", 1))
+        clock.now += MICROS
+        await other.choose("ctx", offer=offer("context", 2))
+        clock.now += MICROS
+        assert (await first.choose("ctx", "retried", offer("context", 3))).decision_id == earlier.decision_id
+        await asyncio.sleep(0)  # the answer's callback: the next model made ready
+        held = first.store.held(campaign, 3600.0)
+        assert held is not None and held.version is not None and held.version.decisions == 2
+        model = first._models.kept("ctx", held.version) or first._models.prepare(campaign, held, clock.now)
+        fresh = campaign.contextual_policy.prepare(policy_stats(campaign, held, clock.now))
+        assert isinstance(model, PreparedStats) and isinstance(fresh, PreparedStats)
+        np.testing.assert_array_equal(model.stats.gram, fresh.stats.gram)
+        np.testing.assert_array_equal(model.stats.decisions, fresh.stats.decisions)
+        retried = offer("context", 3).vectors[0]
+        assert not any(np.allclose(block, np.outer(retried, retried)) for block in model.stats.gram)
 
 
 @pytest.mark.redis

@@ -1,5 +1,5 @@
 """The engine's prepared contextual models (engine/contextual.py ``PreparedModels``): a lone decision's successor
-serves exactly the statistics right after that decision, and nothing else."""
+serves exactly the statistics right after that decision, once the store counted it, and nothing else."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def snapshot(campaign: Campaign, version: StateVersion) -> StateSnapshot:
     return StateSnapshot(counters, Histogram.empty(len(campaign.exact_components)), version=version, model=model)
 
 
-def decision(features: list[float], footprint: float) -> Pull:
-    return Pull(0, 0, 0, (), "id", 1.0, {}, np.array(features), footprint)
+def decision(features: list[float], footprint: float, decision_id: str = "id") -> Pull:
+    return Pull(0, 0, 0, (), decision_id, 1.0, {}, np.array(features), footprint)
 
 
 def test_a_successor_serves_the_statistics_right_after_its_decision() -> None:
@@ -35,6 +35,7 @@ def test_a_successor_serves_the_statistics_right_after_its_decision() -> None:
     assert isinstance(model, PreparedIndex)
     assert models.kept("ctx", V) is model
     models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
+    models.counted("ctx", "id")
     after = replace(V, decisions=11)
     successor = models.kept("ctx", after)
     assert isinstance(successor, PreparedIndex) and successor is not model
@@ -43,15 +44,19 @@ def test_a_successor_serves_the_statistics_right_after_its_decision() -> None:
     assert models.kept("ctx", V) is None
 
 
-def test_a_successor_goes_when_its_decision_was_not_counted() -> None:
-    """Found at the kept version again (a retried request: the store counted nothing), the successor is dropped,
-    so that a later version with one decision more (another decision's) never takes it."""
+def test_a_successor_serves_only_once_the_store_counted_its_decision() -> None:
+    """A retried request is answered with its earlier decision: the one just chosen was never recorded, and the
+    version one decision on may be another worker's decision's. Its successor never serves."""
     campaign = Campaign(**SPEC)
     models = PreparedModels()
     model = models.prepare(campaign, snapshot(campaign, V), 0)
-    models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
+    after = replace(V, decisions=11)
+    models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25, "retried"))
+    models.counted("ctx", "an earlier one")
+    assert models.kept("ctx", after) is None
     assert models.kept("ctx", V) is model
-    assert models.kept("ctx", replace(V, decisions=11)) is None
+    models.counted("ctx", "retried")  # the decision the successor adds
+    assert models.kept("ctx", after) is not None
 
 
 def test_no_successor_across_a_write_a_read_or_another_decision_count() -> None:
@@ -60,6 +65,7 @@ def test_no_successor_across_a_write_a_read_or_another_decision_count() -> None:
         models = PreparedModels()
         models.prepare(campaign, snapshot(campaign, V), 0)
         models.follow(campaign, V, decision([0.3, -0.2, 0.1], 0.25))
+        models.counted("ctx", "id")
         assert models.kept("ctx", other) is None
 
 
@@ -71,7 +77,9 @@ def test_a_chain_of_successors_is_cut_after_fresh_every_decisions() -> None:
     version = V
     for _ in range(FRESH_EVERY):
         models.follow(campaign, version, decision([0.01, 0.02, 0.0], 0.0))
+        models.counted("ctx", "id")
         version = replace(version, decisions=version.decisions + 1)
         assert models.kept("ctx", version) is not None
     models.follow(campaign, version, decision([0.01, 0.02, 0.0], 0.0))
+    models.counted("ctx", "id")
     assert models.kept("ctx", replace(version, decisions=version.decisions + 1)) is None

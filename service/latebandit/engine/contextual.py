@@ -2,9 +2,10 @@
 ``features``.
 
 A request offers its own actions (``offers: "actions"``: one parameter θ shared by every action) or one
-context for the campaign's fixed arms (``offers: "context"``: a parameter per arm, the context in that arm's
-block). Either way the policy reads LinearStats with one row per model block, built from what the store keeps
-for every campaign plus the model's sums:
+context for the campaign's arms (``offers: "context"``: a parameter per arm, the context in that arm's
+block; arms are added and retired as on any campaign). Either way the policy reads LinearStats with one row
+per model block it may choose (``policy_stats``: a retired arm's row left out), built from what the store
+keeps for every campaign plus the model's sums:
 - Σ AAᵀ and b = Σ (value/max)·A per block (``StateSnapshot.model``), the decisions per block (the counters'
   pulls);
 - the window, per block: the decisions inside it (the histogram's cells younger than the window, as Ñ reads
@@ -140,7 +141,10 @@ def policy_stats(campaign: Campaign, state: StateSnapshot, now: int) -> LinearSt
     arm is never chosen; ``model_block`` names an arm's row), as an arm campaign's policy sees its active arms
     (Campaign.on_active_arms)."""
     stats = linear_stats(campaign, state, now)
-    return stats.on_runs(campaign.active_arms) if campaign.retired else stats
+    if not campaign.retired:
+        return stats
+    stats.inverses.of(stats.gram, campaign.contextual_policy.ridge())  # memoised with the sums: rows share it
+    return stats.on_runs(campaign.active_arms)
 
 
 def model_block(campaign: Campaign, arm: int) -> int:
@@ -160,6 +164,11 @@ class _Kept:
     chained: int  # decisions added to it since it was prepared from statistics (with_decision)
 
 
+@dataclass(frozen=True)
+class _Successor(_Kept):
+    decision_id: str  # the lone decision it adds: it serves only once the store counted that one
+
+
 class PreparedModels:
     """A worker's prepared models of its contextual campaigns (policies/linear.py ``PreparedModel``): one per
     campaign, kept with the StateVersion it serves, so that every request at that version decides from it,
@@ -170,26 +179,34 @@ class PreparedModels:
 
     A lone decision's **successor** is prepared while the store records it, when the worker would otherwise
     wait (``follow``): the model plus that decision, as the next decision of a group sees it (its footprint
-    joins the window too). It serves the next request if the store then holds exactly the statistics after
-    that decision (same read and write stamp, one decision more), which is the common case between two
-    conversions; else the next snapshot is prepared as before. A chain of successors is cut after
-    FRESH_EVERY decisions, as a held inverse is (each adds a rounding of order d·ε)."""
+    joins the window too). It serves the next request once the store counted that decision (``counted``: not
+    a retried request's, which the store answers with the earlier decision) and holds exactly the statistics
+    after it (same read and write stamp, one decision more), which is the common case between two
+    conversions; else the next snapshot is prepared as before. The two may differ in the window only: a model
+    prepared from a snapshot counts the window of the snapshot's read, without the worker's own decisions
+    since (they are in V), until the next read. A chain of successors is cut after FRESH_EVERY decisions, as
+    a held inverse is (each adds a rounding of order d·ε)."""
 
     def __init__(self) -> None:
         self._kept: dict[str, _Kept] = {}
-        self._successors: dict[str, _Kept] = {}
+        self._successors: dict[str, _Successor] = {}
+        self._counted: dict[str, str] = {}  # per campaign, the last lone decision the store counted
 
     def kept(self, campaign_id: str, version: StateVersion | None) -> PreparedModel | None:
         """The model kept for ``version`` of the campaign's statistics (the successor taking over if it is the
-        one prepared for them); None if none (or unversioned). A successor serves only the statistics right
-        after its decision: found at the kept version again (its decision was a retry, not counted), it goes."""
+        one prepared for them and its decision was counted); None if none (or unversioned)."""
         if version is None:
             return None
-        kept, successor = self._kept.get(campaign_id), self._successors.pop(campaign_id, None)
+        kept = self._kept.get(campaign_id)
         if kept is not None and kept.version == version:
             return kept.model
-        if successor is not None and successor.version == version:
-            self._kept[campaign_id] = successor
+        successor = self._successors.get(campaign_id)
+        if (
+            successor is not None
+            and successor.version == version
+            and self._counted.get(campaign_id) == (successor.decision_id)
+        ):
+            self._kept[campaign_id] = self._successors.pop(campaign_id)
             return successor.model
         return None
 
@@ -208,7 +225,11 @@ class PreparedModels:
         assert decision.features is not None, "a contextual decision carries its features"
         model = kept.model.with_decision(model_block(campaign, decision.arm), decision.features, decision.footprint)
         after = replace(version, decisions=version.decisions + 1)
-        self._successors[campaign.id] = _Kept(after, model, kept.chained + 1)
+        self._successors[campaign.id] = _Successor(after, model, kept.chained + 1, decision.decision_id)
+
+    def counted(self, campaign_id: str, decision_id: str) -> None:
+        """The store recorded lone decision ``decision_id`` as new: its successor may serve."""
+        self._counted[campaign_id] = decision_id
 
     def prepare_next(self, campaign: Campaign, state: StateSnapshot | None, now: int) -> None:
         """The model of ``state``, the snapshot the worker holds (no I/O), made ready for the next request:
@@ -223,8 +244,8 @@ class PreparedModels:
 
     def forget(self, campaign_id: str) -> None:
         """Drop the models of a campaign that decides no more (archived)."""
-        self._kept.pop(campaign_id, None)
-        self._successors.pop(campaign_id, None)
+        for kept in (self._kept, self._successors, self._counted):
+            kept.pop(campaign_id, None)
 
 
 def choose_offers(
@@ -288,7 +309,9 @@ def model_state(campaign: Campaign, state: StateSnapshot, now: int) -> dict[str,
         "correction_share": max(_correction_share(policy.params(), row) for row in rows),
     }
     if campaign.offers == "context":
-        body["arms"] = {arm: row for arm, row in zip(campaign.arms, rows, strict=True)}
+        retired = set(campaign.retired)
+        body["arms"] = {arm: row | ({"retired": True} if arm in retired else {})
+                        for arm, row in zip(campaign.arms, rows, strict=True)}  # fmt: skip
     else:
         body |= {key: value for key, value in rows[0].items() if key not in body}
     return body

@@ -306,7 +306,8 @@ class DecisionEngine:
         picks their arms, each its own draw; engine/contextual.py a contextual campaign's, in turn) and recorded
         by one store call. Once a lone decision is answered, the next one's choice is made ready from the
         statistics then held; a lone contextual decision's successor model is prepared sooner, while the store
-        records it (the callback runs once this coroutine waits for the store's reply)."""
+        records it (the callback runs once this coroutine waits for the store's reply, or right after a store
+        that does not wait), and serves once the store counted the decision."""
         campaign = requests[0][0]
         request_ids = [request_id for _, request_id, _ in requests]
         now = self.clock()
@@ -322,6 +323,8 @@ class DecisionEngine:
                 for (arm, propensity), request_id in zip(chosen, request_ids, strict=True)
             ]
         results = await self.store.record_decisions(campaign, pulls, request_ids, math.ceil(self.options.request_ttl))
+        if campaign.contextual and len(pulls) == 1 and results[0].status is DecisionStatus.NEW:
+            self._models.counted(campaign.id, pulls[0].decision_id)
         if len(requests) == 1 and results[0].status in ANSWERED:
             asyncio.get_running_loop().call_soon(self._answered, key, campaign)  # after the answer is sent
         return results
