@@ -201,14 +201,10 @@ class PreparedModels:
         if kept is not None and kept.version == version:
             return kept.model
         successor = self._successors.get(campaign_id)
-        if (
-            successor is not None
-            and successor.version == version
-            and self._counted.get(campaign_id) == (successor.decision_id)
-        ):
-            self._kept[campaign_id] = self._successors.pop(campaign_id)
-            return successor.model
-        return None
+        if successor is None or successor.version != version or self._counted.get(campaign_id) != successor.decision_id:
+            return None
+        self._kept[campaign_id] = self._successors.pop(campaign_id)
+        return successor.model
 
     def prepare(self, campaign: Campaign, state: StateSnapshot, now: int) -> PreparedModel:
         """The model of ``state`` at ``now``, kept if the state is versioned."""

@@ -82,8 +82,7 @@ def read_contextual_log(lines: Iterable[dict[str, Any]], campaign_id: str | None
             f"{unlogged} of {len(read.decisions)} decisions of campaign {campaign.id!r} do not log the actions "
             "their request offered, which an evaluation chooses among: set log_actions on the campaign"
         )
-    every_arm = [*campaign.arms, *(arm for change in read.arm_changes for arm in change.added)]
-    arm_index = {arm: index for index, arm in enumerate(every_arm)}
+    arm_index = read.arm_index()
     paired = sorted((_pair(campaign, arm_index, moment, line, read) for moment, line in read.decisions),
                     key=lambda p: p[0].at)  # fmt: skip
     log = CampaignLog(campaign, [decision for decision, _ in paired], read.end, read.skipped, read.arm_changes)

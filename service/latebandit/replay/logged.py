@@ -73,6 +73,11 @@ class LogLines:
     skipped: Counter[str]
     arm_changes: list[ArmChange]
 
+    def arm_index(self) -> dict[str, int]:
+        """Every arm the campaign had by ``end``, by its index (arms are only ever appended)."""
+        every_arm = [*self.campaign.arms, *(arm for change in self.arm_changes for arm in change.added)]
+        return {arm: index for index, arm in enumerate(every_arm)}
+
 
 def read_lines(lines: Iterable[dict[str, Any]], campaign_id: str | None, at: int | None) -> LogLines:
     """The campaign's decision and conversion lines up to ``at`` (default: the latest time in the log); a
@@ -123,8 +128,7 @@ def read_campaign_log(lines: Iterable[dict[str, Any]], campaign_id: str | None, 
             f"({', '.join(CONTEXTUAL_POLICIES)})"
         )
     log = CampaignLog(campaign, [], read.end, read.skipped, read.arm_changes)
-    every_arm = [*campaign.arms, *(arm for change in log.arm_changes for arm in change.added)]
-    arm_index = {arm: index for index, arm in enumerate(every_arm)}
+    arm_index = read.arm_index()
     for moment, line in read.decisions:
         if line["arm"] not in arm_index:
             raise NotEvaluable(f"decision {line['decision_id'][:40]!r} names an unknown arm {line['arm']!r}")

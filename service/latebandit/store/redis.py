@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import itertools
 import logging
@@ -128,10 +127,7 @@ class _Cached:
     policy: int  # the policy version it was read for: a policy change resets the state
     arms: int  # the arms version it was read for: its arrays have one entry per arm of that arm set
     stamp: bytes  # the counters' write stamp ``w`` they carry (campaign_lib.lua's stamp_counters)
-    model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's decisions in ``own``
-    # this worker's contextual decisions (block, A) recorded since, not yet in ``model``: added when a snapshot
-    # is taken
-    own: list[Decided] = dataclasses.field(default_factory=list)
+    model: LinearSums | None = None  # a contextual campaign's, as read plus this worker's counted decisions since
     # ``model`` plus the decisions being recorded, summed while their script runs (``sum_ahead``): the sums
     # it was computed from, those decisions, and the result, which ``add_own`` takes if all were new
     ahead: tuple[LinearSums, list[Decided], LinearSums] | None = None
@@ -140,24 +136,23 @@ class _Cached:
         return StateVersion(self.policy, self.read, self.stamp, self.counters.decisions)
 
     def snapshot(self) -> StateSnapshot:
-        if self.own and self.model is not None:
-            self.model, self.own = self.model.with_decisions(self.own), []
         return StateSnapshot(self.counters, self.histogram, self.delays, self.version(), self.model)
 
     def sum_ahead(self, decisions: list[Decided]) -> None:
         """``model`` plus ``decisions``, computed before the store says they are new: the worker would wait
-        for the store's reply meanwhile, and the next snapshot finds them added."""
-        if self.model is not None and not self.own:
+        for the store's reply meanwhile."""
+        if self.model is not None:
             self.ahead = (self.model, decisions, self.model.with_decisions(decisions))
 
     def add_own(self, decisions: list[Decided], new: list[bool]) -> None:
         """This worker's recorded ``decisions`` (``new``: those the store counted) join its model: summed ahead
-        if all were new and the model is the one they were summed on, else at the next snapshot."""
+        if all were new and the model is the one they were summed on, else (a retried request among them)
+        summed now."""
         ahead, self.ahead = self.ahead, None
-        if ahead is not None and ahead[0] is self.model and ahead[1] is decisions and all(new) and not self.own:
+        if ahead is not None and ahead[0] is self.model and ahead[1] is decisions and all(new):
             self.model = ahead[2]
-        else:
-            self.own += [decision for decision, counted in zip(decisions, new, strict=True) if counted]
+        elif self.model is not None and (counted := [d for d, n in zip(decisions, new, strict=True) if n]):
+            self.model = self.model.with_decisions(counted)
 
 
 def _client(url: str, cluster: bool) -> aioredis.Redis | aioredis.RedisCluster:
